@@ -1,0 +1,488 @@
+"""C++/OpenMP codegen: one extern "C" function per fused kernel.
+
+The outer loops run in parallel (OpenMP), the innermost loop is written so that
+g++ vectorizes it (`omp simd`, glibc's vector math library for exp/sin/tanh).
+A reduction kernel makes one pass over r per phase: softmax is max, then
+sum(exp), then the normalized store, all while the row is in cache."""
+from __future__ import annotations
+
+import math
+import os
+
+import sympy
+import torch
+from sympy.printing.c import C99CodePrinter
+
+from .. import ir
+from ..index import FloorDiv, ModularIndexing, simplify_with_ranges, symbol
+from ..scheduler import R, X, FusedKernel, Member
+from .common import kernel_args, member_order
+
+CTYPE = {
+    torch.float32: "float",
+    torch.float64: "double",
+    torch.float16: "_Float16",
+    torch.bfloat16: "uint16_t",
+    torch.int64: "int64_t",
+    torch.int32: "int32_t",
+    torch.int16: "int16_t",
+    torch.int8: "int8_t",
+    torch.uint8: "uint8_t",
+    torch.bool: "bool",
+}
+
+# elements below which a kernel runs on one thread (a parallel region costs microseconds)
+PARALLEL_MIN_ELEMENTS = 32768
+
+# glibc's libmvec vector variants (2.35+ has all of these; 2.22 the first five)
+_SIMD_MATH = ["sin", "cos", "exp", "log", "pow", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
+              "asinh", "acosh", "atanh", "erf", "erfc", "exp2", "expm1", "log10", "log1p", "log2", "atan2", "hypot"]
+
+
+def _simd_decls() -> str:
+    try:
+        ver = tuple(int(p) for p in os.confstr("CS_GNU_LIBC_VERSION").split()[1].split(".")[:2])
+    except Exception:
+        ver = (0, 0)
+    names = _SIMD_MATH if ver >= (2, 35) else _SIMD_MATH[:5] if ver >= (2, 22) else []
+    lines = []
+    for n in names:
+        args = "(float, float)" if n in ("pow", "atan2", "hypot") else "(float)"
+        dargs = args.replace("float", "double")
+        lines.append(f'__attribute__((simd("notinbranch"))) float {n}f{args} noexcept;')
+        lines.append(f'__attribute__((simd("notinbranch"))) double {n}{dargs} noexcept;')
+    return "\n".join(lines)
+
+
+PRELUDE = r"""
+#include <cstdint>
+#include <cstring>
+#include <cmath>
+#include <limits>
+#include <algorithm>
+extern "C" {
+%SIMD%
+}
+static inline float fusion_bf2f(uint16_t v) { uint32_t u = (uint32_t)v << 16; float f; std::memcpy(&f, &u, 4); return f; }
+static inline uint16_t fusion_f2bf(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+template <typename T> static inline T fusion_floordiv(T a, T b) {
+  T q = a / b; T r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
+}
+template <typename T> static inline T fusion_mod(T a, T b) {
+  T r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+template <typename T> static inline T fusion_fmod_py(T a, T b) {
+  T r = std::fmod(a, b);
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+template <typename T> static inline T fusion_ipow(T a, T b) {
+  if (b < 0) return (a == 1) ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
+  T r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r;
+}
+""".replace("%SIMD%", _simd_decls())
+
+
+class IndexPrinter(C99CodePrinter):
+    def _print_FloorDiv(self, e):
+        return f"({self._print(e.args[0])} / {self._print(e.args[1])})"
+
+    def _print_ModularIndexing(self, e):
+        a, div, mod = e.args
+        inner = self._print(a) if div == 1 else f"({self._print(a)} / {self._print(div)})"
+        return f"({inner} % {self._print(mod)})"
+
+    def _print_Min(self, e):
+        args = [self._print(a) for a in e.args]
+        out = args[0]
+        for a in args[1:]:
+            out = f"std::min<int64_t>({out}, {a})"
+        return out
+
+    def _print_Max(self, e):
+        args = [self._print(a) for a in e.args]
+        out = args[0]
+        for a in args[1:]:
+            out = f"std::max<int64_t>({out}, {a})"
+        return out
+
+    def _print_Integer(self, e):
+        v = int(e)
+        return f"{v}L" if abs(v) > 2**31 - 1 else str(v)
+
+    def _print_Symbol(self, e):
+        return e.name
+
+
+_printer = IndexPrinter()
+
+
+def cexpr(e: sympy.Expr) -> str:
+    return _printer.doprint(e)
+
+
+def _const(value, dtype) -> str:
+    if dtype == torch.bool:
+        return "true" if value else "false"
+    if dtype.is_floating_point:
+        if math.isnan(value):
+            return "std::numeric_limits<float>::quiet_NaN()" if dtype != torch.float64 else "std::numeric_limits<double>::quiet_NaN()"
+        if math.isinf(value):
+            lim = "float" if dtype != torch.float64 else "double"
+            return f"{'-' if value < 0 else ''}std::numeric_limits<{lim}>::infinity()"
+        return repr(float(value)) + ("f" if dtype != torch.float64 else "")
+    v = int(value)
+    if v == -(2**63):
+        return "std::numeric_limits<int64_t>::min()"
+    return f"{v}L" if abs(v) > 2**31 - 1 else str(v)
+
+
+def _fn(name: str, dtype: torch.dtype) -> str:
+    return name + ("f" if dtype != torch.float64 else "")
+
+
+UNARY_C = {
+    "abs": lambda a, t: f"std::abs({a})",
+    "neg": lambda a, t: f"-{a}",
+    "exp": lambda a, t: f"{_fn('exp', t)}({a})",
+    "exp2": lambda a, t: f"{_fn('exp2', t)}({a})",
+    "expm1": lambda a, t: f"{_fn('expm1', t)}({a})",
+    "log": lambda a, t: f"{_fn('log', t)}({a})",
+    "log2": lambda a, t: f"{_fn('log2', t)}({a})",
+    "log10": lambda a, t: f"{_fn('log10', t)}({a})",
+    "log1p": lambda a, t: f"{_fn('log1p', t)}({a})",
+    "sqrt": lambda a, t: f"std::sqrt({a})",
+    "rsqrt": lambda a, t: f"({_const(1, t)} / std::sqrt({a}))",
+    "sin": lambda a, t: f"{_fn('sin', t)}({a})",
+    "cos": lambda a, t: f"{_fn('cos', t)}({a})",
+    "tan": lambda a, t: f"{_fn('tan', t)}({a})",
+    "asin": lambda a, t: f"{_fn('asin', t)}({a})",
+    "acos": lambda a, t: f"{_fn('acos', t)}({a})",
+    "atan": lambda a, t: f"{_fn('atan', t)}({a})",
+    "sinh": lambda a, t: f"{_fn('sinh', t)}({a})",
+    "cosh": lambda a, t: f"{_fn('cosh', t)}({a})",
+    "tanh": lambda a, t: f"{_fn('tanh', t)}({a})",
+    "asinh": lambda a, t: f"{_fn('asinh', t)}({a})",
+    "acosh": lambda a, t: f"{_fn('acosh', t)}({a})",
+    "atanh": lambda a, t: f"{_fn('atanh', t)}({a})",
+    "erf": lambda a, t: f"{_fn('erf', t)}({a})",
+    "erfc": lambda a, t: f"{_fn('erfc', t)}({a})",
+    "lgamma": lambda a, t: f"{_fn('lgamma', t)}({a})",
+    "sigmoid": lambda a, t: f"({_const(1, t)} / ({_const(1, t)} + {_fn('exp', t)}(-{a})))",
+    "reciprocal": lambda a, t: f"({_const(1, t)} / {a})",
+    "floor": lambda a, t: f"std::floor({a})",
+    "ceil": lambda a, t: f"std::ceil({a})",
+    "trunc": lambda a, t: f"std::trunc({a})",
+    "round": lambda a, t: f"std::nearbyint({a})",
+    "sign": lambda a, t: f"({a} > 0 ? {_const(1, t)} : ({a} < 0 ? {_const(-1, t)} : {a}))",
+    "relu": lambda a, t: f"({a} < {_const(0, t)} ? {_const(0, t)} : {a})",
+    "bitwise_not": lambda a, t: f"(~{a})",
+    "logical_not": lambda a, t: f"(!{a})",
+    "isnan": lambda a, t: f"({a} != {a})",
+    "isinf": lambda a, t: f"(std::abs({a}) == std::numeric_limits<{CTYPE[t]}>::infinity())",
+    "signbit": lambda a, t: f"std::signbit({a})",
+}
+
+
+def _binary(name, a, b, t):
+    fp = t.is_floating_point
+    simple = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
+              "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+    if name in simple:
+        return f"({a} {simple[name]} {b})"
+    if name == "truediv":
+        return f"({a} / {b})"
+    if name == "logical_and":
+        return f"({a} && {b})"
+    if name == "logical_or":
+        return f"({a} || {b})"
+    if name == "logical_xor":
+        return f"(!!{a} != !!{b})"
+    if name == "maximum":
+        return f"(({a} != {a}) ? {a} : (({a} > {b} || {b} != {b}) ? ({b} != {b} ? {b} : {a}) : {b}))" if fp else f"std::max({a}, {b})"
+    if name == "minimum":
+        return f"(({a} != {a}) ? {a} : (({a} < {b} || {b} != {b}) ? ({b} != {b} ? {b} : {a}) : {b}))" if fp else f"std::min({a}, {b})"
+    if name == "fmax":
+        return f"std::fmax({a}, {b})"
+    if name == "fmin":
+        return f"std::fmin({a}, {b})"
+    if name == "floordiv":
+        return f"fusion_floordiv<{CTYPE[t]}>({a}, {b})"
+    if name == "truncdiv":
+        return f"({a} / {b})"
+    if name == "remainder":
+        return f"fusion_fmod_py<{CTYPE[t]}>({a}, {b})" if fp else f"fusion_mod<{CTYPE[t]}>({a}, {b})"
+    if name == "fmod":
+        return f"std::fmod({a}, {b})" if fp else f"({a} % {b})"
+    if name == "pow":
+        return f"{_fn('pow', t)}({a}, {b})" if fp else f"fusion_ipow<{CTYPE[t]}>({a}, {b})"
+    if name in ("atan2", "hypot", "copysign", "nextafter"):
+        return f"{_fn(name, t)}({a}, {b})"
+    raise NotImplementedError(f"C++ codegen has no binary op {name!r}")
+
+
+def _cast(x: str, src: torch.dtype, dst: torch.dtype) -> str:
+    if src == dst:
+        return x
+    if src == torch.bfloat16:
+        return _cast(f"fusion_bf2f({x})", torch.float32, dst)
+    if dst == torch.bfloat16:
+        return f"fusion_f2bf({_cast(x, src, torch.float32)})"
+    if dst == torch.bool:
+        return f"({x} != 0)"
+    return f"static_cast<{CTYPE[dst]}>({x})"
+
+
+REDUCTION_INIT = {
+    "sum": lambda t: _const(0, t),
+    "prod": lambda t: _const(1, t),
+    "max": lambda t: _const(float("-inf"), t) if t.is_floating_point else f"std::numeric_limits<{CTYPE[t]}>::lowest()",
+    "min": lambda t: _const(float("inf"), t) if t.is_floating_point else f"std::numeric_limits<{CTYPE[t]}>::max()",
+    "any": lambda t: "false",
+    "all": lambda t: "true",
+}
+OMP_REDUCTION = {"sum": "+", "prod": "*", "max": "max", "min": "min", "any": "||", "all": "&&"}
+
+
+class CppKernel:
+    """Renders one FusedKernel to C++ source."""
+
+    def __init__(self, kernel: FusedKernel, name: str, buffers: dict):
+        self.k = kernel
+        self.name = name
+        self.buffers = buffers
+        self.args = kernel_args(kernel)
+        self.lines: list[str] = []
+        self.tmp = 0
+        self.row_vars: dict[str, str] = {}  # row / reduction member -> its scalar
+        self.members = {m.node.name: m for m in kernel.members}
+        self.nest = self._nest()
+
+    # -- loop structure --------------------------------------------------------
+    def _nest(self) -> list[int]:
+        """Outer loop sizes: the first reduction's (or the first member's) own loops."""
+        lead = next((m for m in self.k.members if m.role == "reduction"), self.k.members[0])
+        sizes = lead.node.sizes if math.prod(lead.node.sizes) == self.k.xnumel else [self.k.xnumel]
+        return [s for s in sizes if s != 1] or [1]
+
+    def _rewrite(self, e: ir.Expr) -> ir.Expr:
+        """Member values use the flat x0; rewrite them in the nest's variables."""
+        nv = [symbol(f"x{k}") for k in range(len(self.nest))]
+        strides = [math.prod(self.nest[k + 1 :]) for k in range(len(self.nest))]
+        flat = sympy.Add(*[v * s for v, s in zip(nv, strides)])
+        ranges = dict(zip(nv, self.nest))
+        ranges[R] = max(self.k.rnumel, 1)
+        sub = {X: flat}
+        memo: dict = {}
+        return ir.map_indices(e, lambda i: simplify_with_ranges(sympy.sympify(i).xreplace(sub), ranges), memo)
+
+    def _rewrite_index(self, i: sympy.Expr) -> sympy.Expr:
+        return self._rewrite(ir.index_value(i)).args[0]
+
+    # -- expressions -------------------------------------------------------------
+    def new_tmp(self) -> str:
+        self.tmp += 1
+        return f"tmp{self.tmp - 1}"
+
+    def emit_value(self, e: ir.Expr, cse: dict, out: list[str], indent: str) -> str:
+        """Lines computing e (into `out`); returns the C++ name of its value."""
+        for s in e.walk():
+            if s in cse:
+                continue
+            code = self._expr(s, cse)
+            if s.op == "const":
+                cse[s] = code
+                continue
+            name = self.new_tmp()
+            out.append(f"{indent}auto {name} = {code};")
+            cse[s] = name
+        return cse[e]
+
+    def _expr(self, s: ir.Expr, cse: dict) -> str:
+        a = [cse[x] if isinstance(x, ir.Expr) else x for x in s.args]
+        t = s.dtype
+        if s.op == "const":
+            return _const(s.args[0], t)
+        if s.op == "index":
+            return f"static_cast<{CTYPE[t]}>({cexpr(s.args[0])})"
+        if s.op == "load":
+            name, index, indirect = s.args
+            if name in self.row_vars and name in self.members and self.members[name].role != "full":
+                return self.row_vars[name]
+            if name in self.row_vars:  # a full member computed in this same loop
+                return self.row_vars[name]
+            sub = {sym: sympy.Symbol(cse[x]) for sym, x in indirect}
+            return f"{self.args.ptr(name)}[{cexpr(index.xreplace(sub))}]"
+        if s.op == "cast":
+            return _cast(a[0], s.args[0].dtype, t)
+        if t in (torch.float16, torch.bfloat16) or any(
+            isinstance(x, ir.Expr) and x.dtype in (torch.float16, torch.bfloat16) for x in s.args
+        ):
+            raise NotImplementedError(f"{s.op} computed in {t}: lowering should upcast")
+        if s.op == "where":
+            return f"({a[0]} ? {a[1]} : {a[2]})"
+        if s.op in UNARY_C:
+            return UNARY_C[s.op](a[0], s.args[0].dtype)
+        return _binary(s.op, a[0], a[1], s.args[0].dtype)
+
+    # -- members -----------------------------------------------------------------
+    def store(self, m: Member, value: str, out: list[str], indent: str):
+        if not m.stored:
+            return
+        buf = m.node.buffer
+        idx = cexpr(self._rewrite_index(m.store_index))
+        out.append(f"{indent}{self.args.ptr(buf.storage_name)}[{idx}] = {_cast(value, m.value.dtype, buf.dtype)};")
+
+    # -- rendering -----------------------------------------------------------------
+    def render(self) -> str:
+        k = self.k
+        params = []
+        for n in self.args.inputs:
+            params.append(f"const {CTYPE[self.buffers[n].dtype]}* __restrict__ {self.args.ptr(n)}")
+        for n in self.args.outputs:
+            params.append(f"{CTYPE[self.buffers[n].dtype]}* __restrict__ {self.args.ptr(n)}")
+        body: list[str] = []
+        total = k.xnumel * max(k.rnumel, 1)
+        parallel = total >= PARALLEL_MIN_ELEMENTS
+        has_reduction = any(m.role == "reduction" for m in k.members)
+        if not has_reduction:
+            self._render_pointwise(body, parallel)
+        else:
+            self._render_reduction(body, parallel)
+        sig = f'extern "C" void {self.name}({", ".join(params)})'
+        return PRELUDE + "\n" + sig + "\n{\n" + "\n".join(body) + "\n}\n"
+
+    def _loops_open(self, body, parallel, simd_inner: bool) -> str:
+        """Open the outer loop nest: the outermost loops in parallel, the
+        innermost vectorized. Returns the indent inside it."""
+        depth = len(self.nest)
+        indent = "    "
+        for d, size in enumerate(self.nest):
+            innermost = d == depth - 1
+            pragma = ""
+            if d == 0 and parallel:
+                pragma = "#pragma omp parallel for"
+                if depth > 2:
+                    pragma += f" collapse({depth - 1})"
+                if innermost and simd_inner:
+                    pragma += " simd"
+            elif innermost and simd_inner:
+                pragma = "#pragma omp simd"
+            if pragma:
+                body.append(indent + pragma)
+            body.append(f"{indent}for (int64_t x{d} = 0; x{d} < {size}; x{d}++)")
+            body.append(indent + "{")
+            indent += "    "
+        return indent
+
+    def _loops_close(self, body):
+        for d in reversed(range(len(self.nest))):
+            body.append("    " * (d + 1) + "}")
+
+    def _render_pointwise(self, body, parallel):
+        indent = self._loops_open(body, parallel, simd_inner=True)
+        cse: dict = {}
+        for m in self.k.members:
+            value = self._rewrite(m.value)
+            v = self.emit_value(value, cse, body, indent)
+            self.row_vars[m.node.name] = v
+            self.store(m, v, body, indent)
+        self._loops_close(body)
+
+    def _render_reduction(self, body, parallel):
+        k = self.k
+        # few outer points and long rows: parallelize inside the row instead
+        parallel_r = parallel and k.xnumel < 4 * (os.cpu_count() or 1) and k.rnumel >= 4096
+        indent = self._loops_open(body, parallel and not parallel_r, simd_inner=False)
+        row_cse: dict = {}
+        for phase, members in member_order(k):
+            if phase % 2 == 1 or phase < 0:  # per-x values between loops
+                for m in members:
+                    v = self.emit_value(self._rewrite(m.value), row_cse, body, indent)
+                    self.row_vars[m.node.name] = v
+                    self.store(m, v, body, indent)
+                continue
+            self._render_loop(members, body, indent, row_cse, parallel_r)
+        self._loops_close(body)
+
+    def _render_loop(self, members, body, indent, row_cse, parallel_r):
+        reds = [m for m in members if m.role == "reduction"]
+        accs = {}
+        for m in reds:
+            t = m.value.dtype
+            acc = f"acc_{m.node.name}"
+            accs[m.node.name] = acc
+            rt = m.node.buffer.reduction_type
+            if rt in ("argmax", "argmin"):
+                body.append(f"{indent}{CTYPE[t]} {acc}_v = {REDUCTION_INIT['max' if rt == 'argmax' else 'min'](t)};")
+                body.append(f"{indent}int64_t {acc} = 0;")
+            else:
+                body.append(f"{indent}{CTYPE[t]} {acc} = {REDUCTION_INIT[rt](t)};")
+                if rt in ("max", "min") and t.is_floating_point:
+                    body.append(f"{indent}bool {acc}_nan = false;")
+        clauses = []
+        vectorizable = all(m.node.buffer.reduction_type not in ("argmax", "argmin") for m in reds)
+        for m in reds:
+            rt = m.node.buffer.reduction_type
+            if rt in OMP_REDUCTION:
+                clauses.append(f"reduction({OMP_REDUCTION[rt]}:{accs[m.node.name]})")
+                if rt in ("max", "min") and m.value.dtype.is_floating_point:
+                    clauses.append(f"reduction(||:{accs[m.node.name]}_nan)")
+        if parallel_r and vectorizable:
+            body.append(f"{indent}#pragma omp parallel for simd {' '.join(clauses)}")
+        elif vectorizable:
+            body.append(f"{indent}#pragma omp simd {' '.join(clauses)}")
+        body.append(f"{indent}for (int64_t r0 = 0; r0 < {max(self.k.rnumel, 1)}; r0++)")
+        body.append(indent + "{")
+        inner = indent + "    "
+        cse = dict(row_cse)
+        for m in members:
+            v = self.emit_value(self._rewrite(m.value), cse, body, inner)
+            if m.role == "reduction":
+                acc = accs[m.node.name]
+                rt = m.node.buffer.reduction_type
+                if rt == "sum":
+                    body.append(f"{inner}{acc} = {acc} + {v};")
+                elif rt == "prod":
+                    body.append(f"{inner}{acc} = {acc} * {v};")
+                elif rt in ("max", "min"):
+                    op = ">" if rt == "max" else "<"
+                    body.append(f"{inner}{acc} = ({v} {op} {acc}) ? {v} : {acc};")
+                    if m.value.dtype.is_floating_point:
+                        body.append(f"{inner}{acc}_nan = {acc}_nan || ({v} != {v});")
+                elif rt == "any":
+                    body.append(f"{inner}{acc} = {acc} || {v};")
+                elif rt == "all":
+                    body.append(f"{inner}{acc} = {acc} && {v};")
+                elif rt in ("argmax", "argmin"):
+                    op = ">" if rt == "argmax" else "<"
+                    nan = f" || ({v} != {v} && {acc}_v == {acc}_v)" if m.value.dtype.is_floating_point else ""
+                    body.append(f"{inner}if (({v} {op} {acc}_v){nan}) {{ {acc}_v = {v}; {acc} = r0; }}")
+                else:
+                    raise NotImplementedError(rt)
+            else:
+                self.row_vars[m.node.name] = v
+                self.store(m, v, body, inner)
+        body.append(indent + "}")
+        for m in reds:
+            acc = accs[m.node.name]
+            rt = m.node.buffer.reduction_type
+            if rt in ("max", "min") and m.value.dtype.is_floating_point:
+                nan = "std::numeric_limits<double>::quiet_NaN()" if m.value.dtype == torch.float64 else "std::numeric_limits<float>::quiet_NaN()"
+                body.append(f"{indent}if ({acc}_nan) {acc} = {nan};")
+            self.row_vars[m.node.name] = acc
+            self.store(m, acc, body, indent)
+        # full members of this loop are not visible after it
+        for m in members:
+            if m.role == "full":
+                self.row_vars.pop(m.node.name, None)
+
+
+def render(kernel: FusedKernel, name: str, buffers: dict) -> str:
+    return CppKernel(kernel, name, buffers).render()

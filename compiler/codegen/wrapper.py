@@ -1,0 +1,143 @@
+"""The Python wrapper: allocates buffers, launches kernels and ATen calls in
+order, reuses freed buffers, returns the outputs. Generated as source (the
+report shows it) and exec'd once."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import ir
+from ..graph import View
+from ..scheduler import ExternStep, FusedKernel
+
+
+class WrapperCode:
+    def __init__(self, graph, sched, launch_code):
+        """launch_code(kernel_step, arg_names) -> one line of Python launching it."""
+        self.g = graph
+        self.sched = sched
+        self.launch_code = launch_code
+        self.lines: list[str] = []
+        self.ns: dict = {"torch": torch, "empty_strided": torch.empty_strided, "reinterpret": _reinterpret}
+        self.allocated: dict[str, str] = {}  # buffer -> python name holding its storage
+        self.pool: dict[tuple, list[str]] = {}
+
+    def stash(self, value, prefix="const") -> str:
+        name = f"{prefix}{len(self.ns)}"
+        self.ns[name] = value
+        return name
+
+    # -- values -----------------------------------------------------------------
+    def pyrepr(self, v) -> str:
+        if isinstance(v, ir.TensorRef):
+            base = self.allocated.get(v.buffer, v.buffer)
+            if v.is_whole:
+                return base
+            return f"reinterpret({base}, {tuple(v.size)}, {tuple(v.stride)}, {v.offset})"
+        if isinstance(v, list):
+            return "[" + ", ".join(self.pyrepr(x) for x in v) + "]"
+        if isinstance(v, tuple):
+            return "(" + "".join(self.pyrepr(x) + ", " for x in v) + ")"
+        if v is None or isinstance(v, (bool, int, str)):
+            return repr(v)
+        if isinstance(v, float) and math.isfinite(v):
+            return repr(v)
+        if isinstance(v, torch.dtype):
+            return str(v)
+        return self.stash(v)
+
+    def view_repr(self, v: View) -> str:
+        return self.pyrepr(v.ref())
+
+    # -- code -------------------------------------------------------------------------
+    def generate(self) -> str:
+        g = self.g
+        args = ", ".join(f"arg{i}" for i in range(len(g.example_inputs)))
+        self.lines.append("def call(args):")
+        if g.example_inputs:
+            self.lines.append(f"    {args}{',' if len(g.example_inputs) == 1 else ''} = args")
+        self.lines.append("    args.clear()")
+        for i, b in enumerate(g.inputs):
+            self.allocated[b.name] = b.name
+        last_use = self._last_uses()
+        outputs = {o.buffer.name for o in g.outputs if isinstance(o, View)}
+        for pos, step in enumerate(self.sched.steps):
+            if isinstance(step, FusedKernel):
+                self._kernel(step)
+            else:
+                self._extern(step)
+            for name in last_use.get(pos, []):
+                if name not in outputs and name in self.allocated and not name.startswith("arg"):
+                    self._free(name)
+        outs = []
+        for o in g.outputs:
+            outs.append(self.view_repr(o) if isinstance(o, View) else self.pyrepr(o))
+        self.lines.append(f"    return ({''.join(x + ', ' for x in outs)})")
+        return "\n".join(self.lines) + "\n"
+
+    def _alloc(self, buf: ir.Buffer):
+        key = (tuple(buf.size), tuple(buf.stride), buf.dtype)
+        if self.pool.get(key):
+            old = self.pool[key].pop()
+            self.lines.append(f"    {buf.name} = {old}  # reuse")
+        else:
+            self.lines.append(
+                f"    {buf.name} = empty_strided({tuple(buf.size)}, {tuple(buf.stride)}, dtype={buf.dtype}, device={self.pyrepr_device()})"
+            )
+        self.allocated[buf.name] = buf.name
+
+    def _free(self, name: str):
+        buf = next(b for b in self.g.buffers if b.name == name)
+        if isinstance(buf, ir.ComputedBuffer):
+            self.pool.setdefault((tuple(buf.size), tuple(buf.stride), buf.dtype), []).append(name)
+        else:
+            self.lines.append(f"    del {name}")
+        self.allocated.pop(name, None)
+
+    def pyrepr_device(self) -> str:
+        if "device" not in self.ns:
+            self.ns["device"] = self.g.device
+        return "device"
+
+    def _kernel(self, k: FusedKernel):
+        from .common import kernel_args
+
+        for m in k.members:
+            if m.stored and m.node.buffer.store_target is None:
+                self._alloc(m.node.buffer)
+        args = kernel_args(k)
+        names = [self.allocated.get(n, n) for n in args.all()]
+        self.lines.append("    " + self.launch_code(k, names))
+
+    def _extern(self, step: ExternStep):
+        buf = step.buffer
+        if isinstance(buf, ir.MultiOutput):
+            self.lines.append(f"    {buf.name} = {buf.parent.name}[{buf.item}]")
+        else:
+            op = self.stash(buf.target, "aten_")
+            call_args = ", ".join([self.pyrepr(a) for a in buf.args] + [f"{k}={self.pyrepr(v)}" for k, v in buf.kwargs.items()])
+            self.lines.append(f"    {buf.name} = {op}({call_args})  # {buf.target} ({buf.kind})")
+        self.allocated[buf.name] = buf.name
+
+    def _last_uses(self) -> dict[int, list[str]]:
+        """step position -> buffers whose last reader is that step."""
+        from ..scheduler import _deps
+        from .common import kernel_args
+
+        last: dict[str, int] = {}
+        for pos, step in enumerate(self.sched.steps):
+            if isinstance(step, FusedKernel):
+                reads = kernel_args(step).inputs
+            else:
+                reads = _deps(step.buffer)
+            for n in reads:
+                last[n] = pos
+        out: dict[int, list[str]] = {}
+        for n, pos in last.items():
+            out.setdefault(pos, []).append(n)
+        return out
+
+
+def _reinterpret(base: torch.Tensor, size, stride, offset):
+    return torch.as_strided(base, size, stride, base.storage_offset() + offset)

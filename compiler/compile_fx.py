@@ -1,0 +1,170 @@
+"""One ATen graph in, one callable out: lower, schedule, generate, build, record."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+import torch.fx
+
+from . import ir
+from .codegen import common
+from .codegen.wrapper import WrapperCode
+from .config import config
+from .graph import GraphLowering
+from .scheduler import ExternStep, FusedKernel, schedule
+from .stats import CallRecord, GraphRecord, KernelRecord, next_graph_id, publish
+
+
+def graph_device(example_inputs) -> torch.device:
+    devices = [x.device for x in example_inputs if isinstance(x, torch.Tensor)]
+    for d in devices:
+        if d.type != "cpu":
+            return d
+    return devices[0] if devices else torch.device("cpu")
+
+
+def codegen_target(device: torch.device) -> str:
+    if device.type == "cuda":
+        return "triton"
+    return config.cpu_target
+
+
+def _is_dynamic(example_inputs) -> bool:
+    for x in example_inputs:
+        if isinstance(x, torch.SymInt):
+            return True
+        if isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in (*x.shape, *x.stride())):
+            return True
+    return False
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str = "inference"):
+    start = time.perf_counter()
+    device = graph_device(example_inputs)
+    gid = next_graph_id()
+    aten_graph = gm.print_readable(print_output=False) if hasattr(gm, "print_readable") else str(gm.graph)
+    n_aten = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+    if _is_dynamic(example_inputs):
+        return _eager(gm, gid, kind, device, aten_graph, n_aten, start, "dynamic shapes are not supported: run with dynamic=False")
+
+    graph = GraphLowering(gm, example_inputs, device).run()
+    sched = schedule(graph)
+    target = codegen_target(device)
+    backend = _backend(target)
+    buffers = {b.name: b for b in graph.buffers}
+
+    kernels: list[KernelRecord] = []
+    launchers: dict[str, object] = {}
+    hits = 0
+    index = 0
+    for step in sched.steps:
+        if not isinstance(step, FusedKernel):
+            continue
+        step.name = common.kernel_name(target, step, index)
+        index += 1
+        source = backend.render(step, step.name, buffers)
+        launcher, path, hit = backend.build(step.name, source, step)
+        hits += hit
+        launchers[step.name] = launcher
+        read, written = common.bytes_moved(step, buffers)
+        kernels.append(
+            KernelRecord(
+                name=step.name,
+                kind="reduction" if step.is_reduction else "pointwise",
+                target=target,
+                aten_nodes=step.origins(),
+                aten_ops=step.origin_ops(),
+                bytes_read=read,
+                bytes_written=written,
+                numel=step.xnumel,
+                rnumel=step.rnumel,
+                source=source,
+                source_path=str(path) if path else None,
+                split_reason=step.split_reason,
+            )
+        )
+
+    wrapper = WrapperCode(graph, sched, backend.launch_code)
+    wrapper_src = wrapper.generate()
+    ns = dict(wrapper.ns)
+    ns.update(launchers)
+    exec(compile(wrapper_src, f"<fusion wrapper graph {gid}>", "exec"), ns)
+    call = ns["call"]
+    externs, fallbacks = _calls(sched)
+    record = GraphRecord(
+        graph_id=gid,
+        kind=kind,
+        device=str(device),
+        aten_graph=aten_graph,
+        ir=graph.ir_text(),
+        kernels=kernels,
+        externs=externs,
+        fallbacks=fallbacks,
+        aten_nodes=n_aten,
+        compile_time_s=time.perf_counter() - start,
+        wrapper_source=wrapper_src,
+        cache_hits=hits,
+    )
+    _debug_dump(record)
+    publish(record)
+    call._boxed_call = True
+    call.record = record
+    return call
+
+
+def _calls(sched):
+    externs, fallbacks = [], []
+    for step in sched.steps:
+        if isinstance(step, ExternStep) and isinstance(step.buffer, ir.ExternCall):
+            b = step.buffer
+            rec = CallRecord(
+                name=b.name, op=str(b.target), kind=b.kind, aten_node=b.origins[0] if b.origins else "",
+                reason=b.reason, bytes_written=b.nbytes,
+            )
+            (externs if b.kind == "extern" else fallbacks).append(rec)
+    return externs, fallbacks
+
+
+def _eager(gm, gid, kind, device, aten_graph, n_aten, start, note):
+    """Run the ATen graph as it is (correct, unfused), and say why in the record."""
+    record = GraphRecord(
+        graph_id=gid, kind=kind, device=str(device), aten_graph=aten_graph, ir="", kernels=[],
+        externs=[], fallbacks=[CallRecord(name="graph", op="<whole graph>", kind="fallback", aten_node="", reason=note)],
+        aten_nodes=n_aten, compile_time_s=time.perf_counter() - start, wrapper_source="", note=note,
+    )
+    publish(record)
+
+    def call(args):
+        a = list(args)
+        args.clear()
+        out = gm(*a)
+        return out if isinstance(out, (tuple, list)) else (out,)
+
+    call._boxed_call = True
+    call.record = record
+    return call
+
+
+def _backend(target: str):
+    if target == "cpp":
+        from .codegen import cpp_backend
+
+        return cpp_backend
+    if target == "triton":
+        from .codegen import triton_backend
+
+        return triton_backend
+    raise ValueError(f"unknown codegen target {target!r} (FUSION_TARGET is 'cpp' or 'triton')")
+
+
+def _debug_dump(record: GraphRecord):
+    if not config.debug_dir:
+        return
+    d = Path(config.debug_dir) / f"graph_{record.graph_id}_{record.kind}"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "aten_graph.py").write_text(record.aten_graph)
+    (d / "ir.txt").write_text(record.ir)
+    (d / "wrapper.py").write_text(record.wrapper_source)
+    for k in record.kernels:
+        (d / (k.name + (".cpp" if k.target == "cpp" else ".py"))).write_text(k.source)

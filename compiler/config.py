@@ -1,0 +1,41 @@
+"""Compiler options. Each reads an environment variable at import and can be set
+in code (`compiler.config.fusion = False`) or for a block (`config.patch(...)`)."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+
+
+def _flag(name: str, default: bool) -> bool:
+    v = os.environ.get(name)
+    return default if v is None else v.strip().lower() not in ("0", "false", "no", "off", "")
+
+
+@dataclasses.dataclass
+class Config:
+    # fuse kernels (off: one kernel per realized buffer, for "what did fusion buy" runs)
+    fusion: bool = dataclasses.field(default_factory=lambda: _flag("FUSION_ENABLE", True))
+    # codegen for CPU tensors: "cpp", or "triton" (run under TRITON_INTERPRET=1 without a GPU)
+    cpu_target: str = dataclasses.field(default_factory=lambda: os.environ.get("FUSION_TARGET", "cpp"))
+    cache_dir: str = dataclasses.field(
+        default_factory=lambda: os.environ.get("FUSION_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "pytest-fusion"))
+    )
+    # write each graph's generated wrapper and kernels here (besides the cache)
+    debug_dir: str | None = dataclasses.field(default_factory=lambda: os.environ.get("FUSION_DEBUG_DIR"))
+
+    @contextlib.contextmanager
+    def patch(self, **changes):
+        old = {k: getattr(self, k) for k in changes}
+        for k, v in changes.items():
+            if not hasattr(self, k):
+                raise AttributeError(f"no compiler option {k!r}")
+            setattr(self, k, v)
+        try:
+            yield self
+        finally:
+            for k, v in old.items():
+                setattr(self, k, v)
+
+
+config = Config()

@@ -1,0 +1,223 @@
+"""Lowering driver: a functional ATen FX graph -> buffers of loop IR.
+
+Every FX value lowers to a `TensorValue`:
+- `View`: a strided window onto a buffer in memory (inputs, computed buffers,
+  extern results; permute/slice/expand keep it a View, so externs get it free);
+- `Lazy`: a pointwise function of the index that is not in memory yet. Consumers
+  inline it (this is vertical fusion); it is realized into a buffer only when
+  something needs memory: an output, an extern argument, many re-reads.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Callable, Sequence
+
+import sympy
+import torch
+import torch.fx
+
+from . import ir
+from .index import contiguous_strides, linear_index, loop_vars
+
+
+class TensorValue:
+    size: tuple[int, ...]
+    dtype: torch.dtype
+    origins: tuple[str, ...]
+
+    def load(self, index: Sequence[sympy.Expr]) -> ir.Expr:
+        raise NotImplementedError
+
+    @property
+    def ndim(self):
+        return len(self.size)
+
+
+class View(TensorValue):
+    def __init__(self, buffer: ir.Buffer, size, stride, offset=0):
+        self.buffer = buffer
+        self.size = tuple(int(s) for s in size)
+        self.stride = tuple(int(s) for s in stride)
+        self.offset = int(offset)
+        self.dtype = buffer.dtype
+        self.origins = ()
+
+    def load(self, index):
+        return ir.load(self.buffer.name, linear_index(index, self.stride, self.offset), self.dtype)
+
+    def ref(self) -> ir.TensorRef:
+        b = self.buffer
+        whole = self.size == tuple(b.size) and self.stride == tuple(b.stride) and self.offset == getattr(b, "offset", 0)
+        return ir.TensorRef(b.name, self.size, self.stride, self.offset, whole)
+
+
+class Lazy(TensorValue):
+    def __init__(self, size, dtype, fn: Callable, origins=()):
+        self.size = tuple(int(s) for s in size)
+        self.dtype = dtype
+        self.fn = fn
+        self.origins = tuple(dict.fromkeys(origins))
+        self._memo: dict = {}
+        self.realized: View | None = None
+
+    def load(self, index):
+        key = tuple(index)
+        if key not in self._memo:
+            e = self.fn(list(index))
+            assert e.dtype == self.dtype, (e, self.dtype)
+            self._memo[key] = e
+        return self._memo[key]
+
+    def count_loads(self) -> int:
+        return len(ir.loads(self.load(loop_vars("i", self.ndim))))
+
+
+class GraphLowering:
+    """Walks the ATen graph once, calling the lowering registered for each op."""
+
+    # realize a Lazy that several nodes read once its expression reads this many times
+    REALIZE_READS = 8
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence, device: torch.device):
+        self.gm = gm
+        self.example_inputs = list(example_inputs)
+        self.device = device
+        self.buffers: list[ir.Buffer] = []
+        self.inputs: list[ir.InputBuffer] = []
+        self.outputs: list[View] = []
+        self.op_of: dict[str, str] = {}  # fx node name -> short ATen op name
+        self.env: dict[torch.fx.Node, object] = {}
+        self.current: torch.fx.Node | None = None
+        self.mutations: list[ir.ComputedBuffer] = []
+
+    # -- naming --------------------------------------------------------------
+    def new_name(self, prefix="buf") -> str:
+        return f"{prefix}{len(self.buffers)}"
+
+    def register(self, buf: ir.Buffer) -> ir.Buffer:
+        self.buffers.append(buf)
+        return buf
+
+    # -- realization ---------------------------------------------------------
+    def realize(self, value: TensorValue, stride: Sequence[int] | None = None) -> View:
+        if isinstance(value, View):
+            return value
+        assert isinstance(value, Lazy), value
+        if value.realized is not None and (stride is None or value.realized.stride == tuple(stride)):
+            return value.realized
+        stride = tuple(stride) if stride is not None else contiguous_strides(value.size)
+        fn = value.load
+        buf = self.register(
+            ir.ComputedBuffer(
+                name=self.new_name(),
+                size=value.size,
+                stride=stride,
+                dtype=value.dtype,
+                device=self.device,
+                kind="pointwise",
+                ranges=value.size,
+                body=lambda idx, fn=fn: fn(idx),
+                origins=value.origins,
+                origin_ops=self.ops_of(value.origins),
+            )
+        )
+        view = View(buf, value.size, stride)
+        view.origins = value.origins
+        value.realized = view
+        return view
+
+    def ops_of(self, origins) -> tuple[str, ...]:
+        return tuple(self.op_of.get(o, o) for o in origins)
+
+    # -- driver --------------------------------------------------------------
+    def run(self):
+        from .lowerings import lower_node
+
+        placeholder_index = 0
+        for node in self.gm.graph.nodes:
+            self.current = node
+            if node.op == "placeholder":
+                self.env[node] = self._placeholder(node, placeholder_index)
+                placeholder_index += 1
+            elif node.op == "call_function":
+                self.op_of[node.name] = _op_name(node.target)
+                args, kwargs = self._args(node)
+                if node.target is operator.getitem:
+                    self.env[node] = args[0][args[1]]
+                else:
+                    self.env[node] = lower_node(self, node, args, kwargs)
+                self._maybe_realize_inputs(node)
+            elif node.op == "output":
+                self._outputs(node)
+            else:
+                raise NotImplementedError(f"FX node kind {node.op}")
+        self.current = None
+        return self
+
+    def _args(self, node):
+        def look(a):
+            return self.env[a] if isinstance(a, torch.fx.Node) else a
+
+        args = torch.fx.node.map_aggregate(node.args, look)
+        kwargs = torch.fx.node.map_aggregate(node.kwargs, look)
+        return args, kwargs
+
+    def _placeholder(self, node, position):
+        ex = self.example_inputs[position]
+        if not isinstance(ex, torch.Tensor):
+            return ex  # a python scalar input
+        buf = ir.InputBuffer(
+            name=f"arg{position}",
+            size=tuple(ex.shape),
+            stride=tuple(ex.stride()),
+            dtype=ex.dtype,
+            device=ex.device,
+            position=position,
+        )
+        self.inputs.append(buf)
+        self.register(buf)
+        return View(buf, buf.size, buf.stride, 0)
+
+    def _maybe_realize_inputs(self, node):
+        """A Lazy read by several consumers is realized once re-reading it would
+        cost more loads than one write and one read per consumer."""
+        for a in node.all_input_nodes:
+            v = self.env.get(a)
+            if isinstance(v, Lazy) and v.realized is None and len(a.users) > 1:
+                if v.count_loads() >= self.REALIZE_READS:
+                    self.env[a] = self.realize(v)
+
+    def _outputs(self, node):
+        outs = node.args[0]
+        flat = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        for o in flat:
+            if not isinstance(o, torch.fx.Node):
+                self.outputs.append(o)
+                continue
+            v = self.env[o]
+            if isinstance(v, Lazy):
+                val = o.meta.get("val")
+                stride = tuple(val.stride()) if _dense(val) else None
+                v = self.realize(v, stride)
+            self.outputs.append(v)
+
+    # -- reporting -----------------------------------------------------------
+    def ir_text(self) -> str:
+        return "\n".join(ir.describe_buffer(b) for b in self.buffers)
+
+
+def _dense(val) -> bool:
+    """A non-overlapping, dense layout: safe to allocate and to store into."""
+    if not isinstance(val, torch.Tensor) or val.numel() == 0:
+        return False
+    try:
+        return bool(torch._prims_common.is_non_overlapping_and_dense(val))
+    except Exception:
+        return False
+
+
+def _op_name(target) -> str:
+    name = getattr(target, "__name__", str(target))
+    if hasattr(target, "overloadpacket"):
+        name = target.overloadpacket.__name__
+    return name.rstrip("_") if name.endswith("_") and not name.startswith("_") else name

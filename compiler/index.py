@@ -1,0 +1,215 @@
+"""Index arithmetic: loop variables, integer division, loop-nest simplification.
+
+Indices are sympy expressions over non-negative integer loop variables. The two
+non-affine functions we need are FloorDiv and ModularIndexing (both on
+non-negative operands), kept as opaque functions so sympy never turns them into
+rationals.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import sympy
+
+
+class FloorDiv(sympy.Function):
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1:
+            return a
+        if a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) // int(b))
+        # (k*b*x + y) // b == k*x + y // b for affine a
+        if isinstance(a, sympy.Add):
+            exact, rest = [], []
+            for t in a.args:
+                (exact if _divisible(t, b) else rest).append(t)
+            if exact:
+                return sympy.Add(*[t / b for t in exact]) + FloorDiv(sympy.Add(*rest), b)
+        if _divisible(a, b):
+            return a / b
+        return None
+
+
+class ModularIndexing(sympy.Function):
+    """(a // div) % mod."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, a, div, mod):
+        if mod == 1 or a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and div.is_Integer and mod.is_Integer:
+            return sympy.Integer((int(a) // int(div)) % int(mod))
+        return None
+
+
+def _divisible(t, b) -> bool:
+    if not b.is_Integer:
+        return False
+    coeff, _ = t.as_coeff_Mul()
+    return coeff.is_Integer and int(coeff) % int(b) == 0
+
+
+@functools.lru_cache(None)
+def symbol(name: str) -> sympy.Symbol:
+    return sympy.Symbol(name, integer=True, nonnegative=True)
+
+
+def loop_vars(prefix: str, n: int) -> list[sympy.Symbol]:
+    return [symbol(f"{prefix}{k}") for k in range(n)]
+
+
+def contiguous_strides(size: Sequence[int]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(size):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+def linear_index(index: Sequence[sympy.Expr], stride: Sequence[int], offset=0) -> sympy.Expr:
+    return sympy.Add(sympy.Integer(offset), *[i * s for i, s in zip(index, stride) if s != 0])
+
+
+def unflatten(flat: sympy.Expr, size: Sequence[int]) -> list[sympy.Expr]:
+    """Index into a contiguous array of `size` from its flat position."""
+    out, div = [], 1
+    for s in reversed(size):
+        out.append(sympy.Integer(0) if s == 1 else ModularIndexing(flat, div, s) if div * s != _numel(size) else FloorDiv(flat, div))
+        div *= s
+    return list(reversed(out))
+
+
+def _numel(size):
+    n = 1
+    for s in size:
+        n *= s
+    return n
+
+
+def sympy_str(e) -> str:
+    return str(e)
+
+
+def is_affine_in(expr: sympy.Expr, var: sympy.Symbol) -> bool:
+    """True when `var` appears only linearly, outside FloorDiv/ModularIndexing."""
+    for f in expr.atoms(FloorDiv, ModularIndexing, sympy.Min, sympy.Max):
+        if var in f.free_symbols:
+            return False
+    return sympy.diff(expr, var).free_symbols.isdisjoint({var})
+
+
+def coefficient(expr: sympy.Expr, var: sympy.Symbol) -> sympy.Expr:
+    return sympy.expand(expr).coeff(var)
+
+
+def merge_loops(sizes: list[int], indices: list[sympy.Expr], vars: list[sympy.Symbol]):
+    """Simplify a loop nest: drop size-1 loops, merge neighbours that every index
+    walks contiguously (coeff(v_j) == size_{j+1} * coeff(v_{j+1})).
+
+    Returns (new_sizes, reindex) where reindex maps the new loop variables
+    (same names, fewer of them) to expressions for the old ones.
+    """
+    # ranges as groups of original dims, outermost first
+    groups = [[k] for k, s in enumerate(sizes) if s != 1]
+    exprs = [sympy.expand(e) for e in indices]
+
+    def mergeable(a: int, b: int) -> bool:  # a directly outside b
+        for e in exprs:
+            if not (is_affine_in(e, vars[a]) and is_affine_in(e, vars[b])):
+                return False
+            if sympy.simplify(e.coeff(vars[a]) - sizes[b] * e.coeff(vars[b])) != 0:
+                return False
+        return True
+
+    k = len(groups) - 1
+    while k > 0:
+        if mergeable(groups[k - 1][-1], groups[k][0]):
+            groups[k - 1] = groups[k - 1] + groups[k]
+            del groups[k]
+        k -= 1
+    # Within a merged group every index satisfies c_a == size_b * c_b, so
+    # c_a*v_a + c_b*v_b == c_b*(size_b*v_a + v_b): the innermost variable, now
+    # running over the whole group, carries the group and the rest are zero.
+    new_sizes = [_numel([sizes[d] for d in g]) for g in groups]
+    new_vars = vars[: len(groups)]
+    old_of = {v: sympy.Integer(0) for v in vars}
+    for g, nv in zip(groups, new_vars):
+        old_of[vars[g[-1]]] = nv
+    return new_sizes, old_of
+
+
+def substitute(expr: sympy.Expr, mapping: dict) -> sympy.Expr:
+    return sympy.sympify(expr).xreplace(mapping) if mapping else expr
+
+
+def upper_bound(expr: sympy.Expr, ranges: dict) -> int | None:
+    """Largest value of an index expression over loop variables 0 <= v < ranges[v]."""
+    expr = sympy.expand(expr)
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        return ranges[expr] - 1 if expr in ranges else None
+    if isinstance(expr, sympy.Add):
+        parts = [upper_bound(t, ranges) for t in expr.args]
+        return None if None in parts else sum(parts)
+    if isinstance(expr, sympy.Mul):
+        c, rest = expr.as_coeff_Mul()
+        if c.is_Integer and c >= 0:
+            b = upper_bound(rest, ranges)
+            return None if b is None else int(c) * b
+        return None
+    if isinstance(expr, FloorDiv):
+        b = upper_bound(expr.args[0], ranges)
+        return None if b is None else b // int(expr.args[1])
+    if isinstance(expr, ModularIndexing):
+        return int(expr.args[2]) - 1
+    return None
+
+
+def simplify_with_ranges(expr: sympy.Expr, ranges: dict) -> sympy.Expr:
+    """Remove FloorDiv/ModularIndexing that the variables' ranges make trivial:
+    (k*d*m*v + w) // d % m == w // d when 0 <= w < d*m, and so on."""
+
+    def fdiv(a, d):
+        a, d = sympy.expand(a), int(d)
+        keep, drop = _split_multiples(a, d)
+        b = upper_bound(keep, ranges)
+        if b is not None and 0 <= b < d:
+            return sympy.Add(*[t / d for t in drop]) if drop else sympy.Integer(0)
+        return FloorDiv(a, d)
+
+    def mod(a, div, m):
+        a, div, m = sympy.expand(a), int(div), int(m)
+        keep, _ = _split_multiples(a, div * m)
+        b = upper_bound(keep, ranges)
+        if b is not None and 0 <= b < div * m:
+            return fdiv(keep, div)
+        return ModularIndexing(sympy.Add(*keep.args) if isinstance(keep, sympy.Add) else keep, div, m)
+
+    expr = sympy.expand(expr)
+    for _ in range(3):
+        new = expr.replace(lambda e: isinstance(e, FloorDiv), lambda e: fdiv(*e.args))
+        new = new.replace(lambda e: isinstance(e, ModularIndexing), lambda e: mod(*e.args))
+        new = sympy.expand(new)
+        if new == expr:
+            break
+        expr = new
+    return expr
+
+
+def _split_multiples(a: sympy.Expr, d: int):
+    """Split a sum into (the rest, the terms that are multiples of d)."""
+    terms = a.args if isinstance(a, sympy.Add) else (a,)
+    multiples = [t for t in terms if _divisible(t, sympy.Integer(d))]
+    rest = [t for t in terms if not _divisible(t, sympy.Integer(d))]
+    return sympy.Add(*rest), multiples

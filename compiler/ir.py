@@ -1,0 +1,262 @@
+"""The loop-level IR.
+
+Values inside a kernel are `Expr` trees (hash-consed by structure, so equal
+subtrees are one value and codegen's CSE falls out of a dict). Index arithmetic
+is sympy over integer loop variables.
+
+Buffers are what live in memory: graph inputs, computed buffers (pointwise or
+reduction bodies, each a function of its loop variables), extern calls (mm,
+conv: ATen/cuBLAS) and fallbacks (any ATen op we do not lower).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import sympy
+import torch
+
+from .index import sympy_str
+
+
+class Expr:
+    """One scalar operation. `op` names it; `args` are Exprs or plain constants."""
+
+    __slots__ = ("op", "args", "dtype", "_hash")
+
+    def __init__(self, op: str, args: tuple, dtype: torch.dtype):
+        self.op = op
+        self.args = args
+        self.dtype = dtype
+        self._hash = hash((op, args, dtype))
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return (
+            self is other
+            or isinstance(other, Expr)
+            and self._hash == other._hash
+            and self.op == other.op
+            and self.dtype == other.dtype
+            and self.args == other.args
+        )
+
+    def __repr__(self):
+        if self.op == "load":
+            ind = "".join(f", {s}={e!r}" for s, e in self.args[2])
+            return f"load({self.args[0]}, {sympy_str(self.args[1])}{ind})"
+        if self.op == "const":
+            return repr(self.args[0])
+        if self.op == "index":
+            return f"index({sympy_str(self.args[0])})"
+        if self.op == "cast":
+            return f"to_{str(self.dtype).replace('torch.', '')}({self.args[0]!r})"
+        return f"{self.op}({', '.join(map(repr, self.args))})"
+
+    def walk(self):
+        """Every distinct sub-expression, producers before consumers."""
+        seen: dict[Expr, None] = {}
+
+        def visit(e):
+            if e in seen:
+                return
+            for a in e.args:
+                if isinstance(a, Expr):
+                    visit(a)
+            if e.op == "load":
+                for _, ie in e.args[2]:
+                    visit(ie)
+            seen[e] = None
+
+        visit(self)
+        return list(seen)
+
+
+def load(buffer: str, index: sympy.Expr, dtype: torch.dtype, indirect: tuple = ()) -> Expr:
+    """Read `buffer` at `index`. `indirect` binds symbols of `index` that are
+    runtime values (gather, embedding): a tuple of (sympy.Symbol, Expr)."""
+    return Expr("load", (buffer, sympy.sympify(index), tuple(indirect)), dtype)
+
+
+def const(value, dtype: torch.dtype) -> Expr:
+    if dtype.is_floating_point:
+        value = float(value)
+    elif dtype == torch.bool:
+        value = bool(value)
+    else:
+        value = int(value)
+    return Expr("const", (value,), dtype)
+
+
+def index_value(expr: sympy.Expr, dtype=torch.int64) -> Expr:
+    return Expr("index", (sympy.sympify(expr),), dtype)
+
+
+def cast(x: Expr, dtype: torch.dtype) -> Expr:
+    if x.dtype == dtype:
+        return x
+    if x.op == "const":
+        return const(x.args[0], dtype)
+    return Expr("cast", (x,), dtype)
+
+
+def op(name: str, *args: Expr, dtype: torch.dtype) -> Expr:
+    return Expr(name, tuple(args), dtype)
+
+
+def loads(e: Expr) -> list[Expr]:
+    return [s for s in e.walk() if s.op == "load"]
+
+
+# ---------------------------------------------------------------------------
+# Buffers
+
+
+@dataclasses.dataclass(eq=False)
+class Buffer:
+    name: str
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.size:
+            n *= s
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+    def store_index(self, index: Sequence[sympy.Expr]) -> sympy.Expr:
+        return sympy.Add(*[i * s for i, s in zip(index, self.stride)]) if index else sympy.Integer(0)
+
+
+@dataclasses.dataclass(eq=False)
+class InputBuffer(Buffer):
+    """A graph input (placeholder). Its storage may be written by a mutation."""
+
+    position: int = 0
+    offset: int = 0
+
+
+@dataclasses.dataclass(eq=False)
+class ComputedBuffer(Buffer):
+    """A buffer computed by generated code.
+
+    kind 'pointwise': value(index) over `ranges` (= size).
+    kind 'reduction': reduce value(index, rindex) over `reduction_ranges` for
+    every point of `ranges`; the result is stored at `out_index(index)`.
+    """
+
+    kind: str = "pointwise"
+    ranges: tuple[int, ...] = ()
+    reduction_ranges: tuple[int, ...] = ()
+    reduction_type: str | None = None
+    body: Callable[..., Expr] | None = None
+    origins: tuple[str, ...] = ()  # names of the ATen FX nodes this buffer holds
+    origin_ops: tuple[str, ...] = ()  # their ATen op names, for kernel names and reports
+    # where the result lands: by default this buffer's own storage; a mutation
+    # (copy_ into a graph input) stores into that input instead.
+    store_target: "InputBuffer | None" = None
+    store_offset: int = 0
+    # a reduction's output position for every outer index (keepdim and layout handled here)
+    out_index: Callable[[Sequence[sympy.Expr]], sympy.Expr] | None = None
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.kind == "reduction"
+
+    @property
+    def storage_name(self) -> str:
+        return self.store_target.name if self.store_target is not None else self.name
+
+
+@dataclasses.dataclass(eq=False)
+class ExternCall(Buffer):
+    """An ATen call that cuBLAS/cuDNN/ATen does better than we would: mm, conv."""
+
+    target: Any = None  # the ATen overload
+    args: tuple = ()  # TensorRef | python values, nested
+    kwargs: dict = dataclasses.field(default_factory=dict)
+    origins: tuple[str, ...] = ()
+    origin_ops: tuple[str, ...] = ()
+    kind: str = "extern"
+    outputs: int = 1  # >1: a tuple result, read through MultiOutput buffers
+    reason: str = ""  # for fallbacks: why it was not lowered
+
+
+@dataclasses.dataclass(eq=False)
+class MultiOutput(Buffer):
+    """Element `item` of a tuple returned by an extern or fallback call."""
+
+    parent: ExternCall | None = None
+    item: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorRef:
+    """A tensor argument to an extern call: a strided window onto a buffer."""
+
+    buffer: str
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+    is_whole: bool  # the buffer itself, no as_strided needed
+
+
+def describe_buffer(buf: Buffer) -> str:
+    """One readable line of IR, as the report and `print(graph.ir)` show it."""
+    dt = str(buf.dtype).replace("torch.", "")
+    shape = f"{dt}{list(buf.size)}"
+    if isinstance(buf, InputBuffer):
+        return f"{buf.name} = input[{buf.position}] {shape} stride={list(buf.stride)}"
+    if isinstance(buf, ComputedBuffer):
+        from .index import loop_vars
+
+        idx = loop_vars("i", len(buf.ranges))
+        target = f" -> {buf.store_target.name}" if buf.store_target is not None else ""
+        if buf.is_reduction:
+            ridx = loop_vars("r", len(buf.reduction_ranges))
+            body = buf.body(idx, ridx)
+            return (
+                f"{buf.name} = reduction {shape}{target} {buf.reduction_type} over "
+                f"{list(buf.reduction_ranges)} for {list(buf.ranges)}: {body!r}"
+            )
+        return f"{buf.name} = pointwise {shape}{target} over {list(buf.ranges)}: {buf.body(idx)!r}"
+    if isinstance(buf, ExternCall):
+        return f"{buf.name} = {buf.kind} {buf.target}({', '.join(_arg_str(a) for a in buf.args)}) {shape}"
+    if isinstance(buf, MultiOutput):
+        return f"{buf.name} = {buf.parent.name}[{buf.item}] {shape}"
+    return f"{buf.name} {shape}"
+
+
+def _arg_str(a) -> str:
+    if isinstance(a, TensorRef):
+        return a.buffer if a.is_whole else f"{a.buffer}.as_strided({list(a.size)}, {list(a.stride)}, {a.offset})"
+    if isinstance(a, (list, tuple)):
+        return "[" + ", ".join(_arg_str(x) for x in a) + "]"
+    return repr(a)
+
+
+def map_indices(e: Expr, fn, memo=None) -> Expr:
+    """Rebuild `e` with every sympy index passed through `fn`."""
+    memo = {} if memo is None else memo
+    if e in memo:
+        return memo[e]
+    if e.op == "load":
+        name, index, indirect = e.args
+        new = Expr("load", (name, fn(index), tuple((s, map_indices(x, fn, memo)) for s, x in indirect)), e.dtype)
+    elif e.op == "index":
+        new = Expr("index", (fn(e.args[0]),), e.dtype)
+    elif e.op == "const":
+        new = e
+    else:
+        new = Expr(e.op, tuple(map_indices(a, fn, memo) if isinstance(a, Expr) else a for a in e.args), e.dtype)
+    memo[e] = new
+    return new

@@ -1,0 +1,282 @@
+"""Elementwise ops. Each becomes a Lazy: a function of the output index."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import ir
+from ..graph import Lazy
+from .registry import Unsupported, is_tensor, make_pointwise, out_val, promote, register, upcast
+
+aten = torch.ops.aten
+
+
+def _op(name):
+    return lambda *xs: ir.op(name, *xs, dtype=xs[0].dtype)
+
+
+# ATen op packet -> IR op, computed in the (upcast) output dtype
+UNARY = {
+    aten.abs: "abs", aten.neg: "neg", aten.exp: "exp", aten.exp2: "exp2", aten.expm1: "expm1",
+    aten.log: "log", aten.log2: "log2", aten.log10: "log10", aten.log1p: "log1p",
+    aten.sqrt: "sqrt", aten.rsqrt: "rsqrt", aten.sin: "sin", aten.cos: "cos", aten.tan: "tan",
+    aten.asin: "asin", aten.acos: "acos", aten.atan: "atan", aten.sinh: "sinh", aten.cosh: "cosh",
+    aten.tanh: "tanh", aten.asinh: "asinh", aten.acosh: "acosh", aten.atanh: "atanh",
+    aten.erf: "erf", aten.erfc: "erfc", aten.erfinv: "erfinv", aten.lgamma: "lgamma",
+    aten.sigmoid: "sigmoid", aten.reciprocal: "reciprocal", aten.floor: "floor", aten.ceil: "ceil",
+    aten.trunc: "trunc", aten.round: "round", aten.sign: "sign", aten.bitwise_not: "bitwise_not",
+    aten.relu: "relu",
+}
+
+BINARY = {
+    aten.add: "add", aten.sub: "sub", aten.mul: "mul", aten.maximum: "maximum",
+    aten.minimum: "minimum", aten.fmax: "fmax", aten.fmin: "fmin", aten.atan2: "atan2",
+    aten.hypot: "hypot", aten.copysign: "copysign", aten.fmod: "fmod", aten.remainder: "remainder",
+    aten.bitwise_and: "bitwise_and", aten.bitwise_or: "bitwise_or", aten.bitwise_xor: "bitwise_xor",
+    aten.bitwise_left_shift: "lshift", aten.bitwise_right_shift: "rshift",
+    aten.nextafter: "nextafter",
+}
+
+COMPARE = {
+    aten.eq: "eq", aten.ne: "ne", aten.lt: "lt", aten.le: "le", aten.gt: "gt", aten.ge: "ge",
+    aten.logical_and: "logical_and", aten.logical_or: "logical_or", aten.logical_xor: "logical_xor",
+}
+
+PREDICATE = {aten.isnan: "isnan", aten.isinf: "isinf", aten.signbit: "signbit", aten.logical_not: "logical_not"}
+
+
+def _unary(name):
+    def lower(g, node, x):
+        if name in ("round",) and len(node.args) > 1:
+            raise Unsupported("round with decimals")
+        if name == "bitwise_not" and out_val(node).dtype == torch.bool:
+            return make_pointwise(g, node, lambda a: ir.op("logical_not", a, dtype=a.dtype), [x])
+        if name in ("floor", "ceil", "trunc", "round") and not out_val(node).dtype.is_floating_point:
+            return make_pointwise(g, node, lambda a: a, [x])  # integer: identity
+        return make_pointwise(g, node, _op(name), [x])
+
+    return lower
+
+
+def _binary(name):
+    def lower(g, node, a, b, *, alpha=None):
+        if alpha is not None and alpha != 1:
+            return make_pointwise(g, node, lambda x, y: ir.op(name, x, ir.op("mul", y, ir.const(alpha, y.dtype), dtype=y.dtype), dtype=x.dtype), [a, b])
+        return make_pointwise(g, node, _op(name), [a, b])
+
+    return lower
+
+
+def _compare(name):
+    def lower(g, node, a, b):
+        cdt = upcast(promote(a, b))
+        if name.startswith("logical"):
+            cdt = torch.bool
+        return make_pointwise(g, node, lambda x, y: ir.op(name, x, y, dtype=torch.bool), [a, b], compute_dtype=cdt)
+
+    return lower
+
+
+def _predicate(name):
+    def lower(g, node, a):
+        cdt = torch.bool if name == "logical_not" else upcast(a.dtype)
+        return make_pointwise(g, node, lambda x: ir.op(name, x, dtype=torch.bool), [a], compute_dtype=cdt)
+
+    return lower
+
+
+for packet, name in UNARY.items():
+    register(packet)(_unary(name))
+for packet, name in BINARY.items():
+    register(packet)(_binary(name))
+for packet, name in COMPARE.items():
+    register(packet)(_compare(name))
+for packet, name in PREDICATE.items():
+    register(packet)(_predicate(name))
+
+
+@register(aten.rsub)
+def rsub(g, node, a, b, *, alpha=1):
+    return make_pointwise(g, node, lambda x, y: ir.op("sub", ir.op("mul", y, ir.const(alpha, y.dtype), dtype=y.dtype) if alpha != 1 else y, x, dtype=x.dtype), [a, b])
+
+
+@register(aten.div)
+def div(g, node, a, b, *, rounding_mode=None):
+    out = out_val(node).dtype
+    if rounding_mode is None:
+        return make_pointwise(g, node, _op("truediv"), [a, b])
+    if out.is_floating_point:
+        rnd = "floor" if rounding_mode == "floor" else "trunc"
+        return make_pointwise(g, node, lambda x, y: ir.op(rnd, ir.op("truediv", x, y, dtype=x.dtype), dtype=x.dtype), [a, b])
+    return make_pointwise(g, node, _op("floordiv" if rounding_mode == "floor" else "truncdiv"), [a, b])
+
+
+@register(aten.floor_divide)
+def floor_divide(g, node, a, b):
+    return div(g, node, a, b, rounding_mode="floor")
+
+
+@register(aten.pow)
+def pow_(g, node, a, b):
+    if is_tensor(b):
+        if not is_tensor(a) and not out_val(node).dtype.is_floating_point:
+            raise Unsupported("integer scalar ** tensor")
+        return make_pointwise(g, node, _op("pow"), [a, b])
+    if isinstance(b, (int, float)) and float(b).is_integer() and -4 <= b <= 4:
+        n = int(b)
+
+        def ipow(x):
+            if n == 0:
+                return ir.const(1, x.dtype)
+            r = x
+            for _ in range(abs(n) - 1):
+                r = ir.op("mul", r, x, dtype=x.dtype)
+            return ir.op("reciprocal", r, dtype=x.dtype) if n < 0 else r
+
+        if n < 0 and not out_val(node).dtype.is_floating_point:
+            raise Unsupported("integer ** negative")
+        return make_pointwise(g, node, ipow, [a])
+    if b == 0.5:
+        return make_pointwise(g, node, _op("sqrt"), [a])
+    return make_pointwise(g, node, lambda x: ir.op("pow", x, ir.const(b, x.dtype), dtype=x.dtype), [a])
+
+
+@register(aten.where)
+def where(g, node, cond, a, b):
+    cdt = upcast(out_val(node).dtype)
+    return make_pointwise(g, node, lambda c, x, y: ir.op("where", c, x, y, dtype=cdt), [cond, a, b], compute_dtype=[torch.bool, cdt, cdt])
+
+
+@register(aten.clamp)
+def clamp(g, node, x, min=None, max=None):
+    def fn(v, *bounds):
+        it = iter(bounds)
+        if min is not None:
+            v = ir.op("maximum", v, next(it), dtype=v.dtype)
+        if max is not None:
+            v = ir.op("minimum", v, next(it), dtype=v.dtype)
+        return v
+
+    return make_pointwise(g, node, fn, [x] + [b for b in (min, max) if b is not None])
+
+
+@register(aten.clamp_min)
+def clamp_min(g, node, x, min):
+    return clamp(g, node, x, min=min)
+
+
+@register(aten.clamp_max)
+def clamp_max(g, node, x, max):
+    return clamp(g, node, x, max=max)
+
+
+@register(aten._to_copy)
+def to_copy(g, node, x, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+    if device is not None and torch.device(device) != out_val(node).device:
+        raise Unsupported("device copy")
+    if device is not None and torch.device(device).type != g.device.type:
+        raise Unsupported("device copy")
+    if not is_tensor(x):
+        raise Unsupported("scalar input")
+    return make_pointwise(g, node, lambda v: v, [x], compute_dtype=x.dtype)
+
+
+@register(aten.clone, aten.alias_copy, aten.lift_fresh_copy)
+def clone(g, node, x, *, memory_format=None):
+    return make_pointwise(g, node, lambda v: v, [x], compute_dtype=x.dtype)
+
+
+@register(aten.copy)
+def copy(g, node, dst, src, non_blocking=False):
+    return make_pointwise(g, node, lambda v: v, [src], compute_dtype=src.dtype if is_tensor(src) else None)
+
+
+@register(aten.fill.Scalar)
+def fill(g, node, x, value):
+    return make_pointwise(g, node, lambda: ir.const(value, upcast(out_val(node).dtype)), [])
+
+
+@register(aten.full, aten.full_like)
+def full(g, node, *args, **kwargs):
+    value = args[1]
+    if is_tensor(value):
+        raise Unsupported("tensor fill value")
+    return make_pointwise(g, node, lambda: ir.const(value, upcast(out_val(node).dtype)), [])
+
+
+@register(aten.scalar_tensor)
+def scalar_tensor(g, node, value, **kwargs):
+    return full(g, node, None, value)
+
+
+@register(aten.zeros, aten.zeros_like)
+def zeros(g, node, *args, **kwargs):
+    return full(g, node, None, 0)
+
+
+@register(aten.ones, aten.ones_like)
+def ones(g, node, *args, **kwargs):
+    return full(g, node, None, 1)
+
+
+@register(aten.arange.start_step, aten.arange.default, aten.arange.start)
+def arange(g, node, *args, **kwargs):
+    val = out_val(node)
+    nums = [a for a in args if isinstance(a, (int, float))]
+    start, step = 0, 1
+    if node.target is aten.arange.start_step:
+        start, step = nums[0], nums[2] if len(nums) > 2 else 1
+    elif node.target is aten.arange.start:
+        start = nums[0]
+    cdt = upcast(val.dtype)
+
+    def body(index):
+        i = ir.cast(ir.index_value(index[0]), cdt)
+        return ir.cast(ir.op("add", ir.const(start, cdt), ir.op("mul", i, ir.const(step, cdt), dtype=cdt), dtype=cdt), val.dtype)
+
+    return Lazy(tuple(val.shape), val.dtype, body, (node.name,))
+
+
+@register(aten.nan_to_num)
+def nan_to_num(g, node, x, nan=0.0, posinf=None, neginf=None):
+    dt = out_val(node).dtype
+    if not dt.is_floating_point:
+        return make_pointwise(g, node, lambda v: v, [x])
+    info = torch.finfo(dt)
+    posinf = info.max if posinf is None else posinf
+    neginf = info.min if neginf is None else neginf
+
+    def fn(v):
+        t = v.dtype
+        r = ir.op("where", ir.op("isnan", v, dtype=torch.bool), ir.const(nan, t), v, dtype=t)
+        big = ir.op("gt", v, ir.const(0, t), dtype=torch.bool)
+        inf = ir.op("isinf", v, dtype=torch.bool)
+        pick = ir.op("where", big, ir.const(posinf, t), ir.const(neginf, t), dtype=t)
+        return ir.op("where", inf, pick, r, dtype=t)
+
+    return make_pointwise(g, node, fn, [x])
+
+
+@register(aten.logical_not)
+def logical_not(g, node, x):
+    return make_pointwise(g, node, lambda v: ir.op("logical_not", v, dtype=torch.bool), [x], compute_dtype=torch.bool)
+
+
+@register(aten.frac)
+def frac(g, node, x):
+    return make_pointwise(g, node, lambda v: ir.op("sub", v, ir.op("trunc", v, dtype=v.dtype), dtype=v.dtype), [x])
+
+
+@register(aten.gelu)
+def gelu(g, node, x, approximate="none"):
+    def fn(v):
+        t = v.dtype
+        half = ir.const(0.5, t)
+        if approximate == "tanh":
+            inner = ir.op("mul", ir.const(math.sqrt(2 / math.pi), t), ir.op("add", v, ir.op("mul", ir.const(0.044715, t), ir.op("mul", v, ir.op("mul", v, v, dtype=t), dtype=t), dtype=t), dtype=t), dtype=t)
+            return ir.op("mul", ir.op("mul", half, v, dtype=t), ir.op("add", ir.const(1, t), ir.op("tanh", inner, dtype=t), dtype=t), dtype=t)
+        e = ir.op("erf", ir.op("mul", v, ir.const(1 / math.sqrt(2), t), dtype=t), dtype=t)
+        return ir.op("mul", ir.op("mul", half, v, dtype=t), ir.op("add", ir.const(1, t), e, dtype=t), dtype=t)
+
+    return make_pointwise(g, node, fn, [x])

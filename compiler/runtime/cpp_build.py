@@ -1,0 +1,56 @@
+"""Build C++ kernels into shared libraries (g++ -O3 -march=native -fopenmp),
+cache them by content hash and load them with ctypes."""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..errors import KernelCompileError
+from .cache import cache_dir, content_hash, valid_entry, write_entry
+
+FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-shared", "-fPIC", "-std=c++17", "-w"]
+LIBS = ["-lmvec", "-lm"]
+
+
+@functools.lru_cache(None)
+def compiler_id() -> str:
+    cxx = os.environ.get("CXX", "g++")
+    if shutil.which(cxx) is None:
+        raise KernelCompileError("no C++ compiler", f"{cxx} was not found on PATH; set CXX or install g++", None)
+    out = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    return f"{cxx}|{out}|{' '.join(FLAGS)}"
+
+
+def build(name: str, source: str) -> tuple[ctypes.CDLL, Path, bool]:
+    """The loaded library for `source`; returns (lib, source path, cache hit)."""
+    key = content_hash(compiler_id(), source)
+    entry_dir = cache_dir() / "cpp" / key[:2]
+    so_path = entry_dir / f"{key}.so"
+    src_path = entry_dir / f"{key}_{name}.cpp"
+    if not src_path.exists():
+        write_entry(src_path, source.encode())
+    if valid_entry(so_path):
+        try:
+            return ctypes.CDLL(str(so_path)), src_path, True
+        except OSError:
+            pass  # unloadable despite its digest: rebuild
+    data = _compile(name, source, src_path)
+    write_entry(so_path, data)
+    return ctypes.CDLL(str(so_path)), src_path, False
+
+
+def _compile(name: str, source: str, src_path: Path) -> bytes:
+    cxx = os.environ.get("CXX", "g++")
+    with tempfile.TemporaryDirectory(prefix="fusion-build-") as tmp:
+        src = Path(tmp) / f"{name}.cpp"
+        src.write_text(source)
+        out = Path(tmp) / f"{name}.so"
+        proc = subprocess.run([cxx, *FLAGS, str(src), "-o", str(out), *LIBS], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise KernelCompileError(name, proc.stderr[-4000:], src_path)
+        return out.read_bytes()

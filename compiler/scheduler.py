@@ -1,0 +1,409 @@
+"""Fusion: group computed buffers into kernels.
+
+Every node is canonicalized to a loop nest `(sizes, rsizes)` whose neighbouring
+loops are merged when every index walks them contiguously. A kernel iterates
+`xnumel` outer points and, for reductions, `rnumel` points per outer point.
+Nodes join a kernel when their loops fit it:
+
+- pointwise of numel xnumel*rnumel ("full": one value per (x, r));
+- pointwise of numel xnumel ("row": one value per x, e.g. rsqrt(var + eps));
+- reductions over (xnumel, rnumel);
+
+and every buffer they read that the kernel itself writes is read at exactly the
+index it is written (so no program reads another program's output), and every
+producer outside the kernel is scheduled before it (so fusion never makes a
+cycle). Inside a kernel, a reduction's consumers run in a later loop ("stage").
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+import sympy
+
+from . import ir
+from .config import config
+from .index import loop_vars, merge_loops, symbol
+
+
+@dataclasses.dataclass(eq=False)
+class Node:
+    buffer: ir.ComputedBuffer
+    sizes: list[int]  # outer loop sizes after merging
+    rsizes: list[int]  # reduction loop sizes after merging
+    value: ir.Expr  # in variables i* (outer) and r* (reduction)
+    store_index: sympy.Expr  # in variables i*
+    reads: dict  # buffer name -> list of index exprs (None: indirect, any element)
+    # the buffer's original loop variables as expressions of the merged ones
+    iexprs: list = dataclasses.field(default_factory=list)
+    rexprs: list = dataclasses.field(default_factory=list)
+
+    def evaluate(self, ivars, rvars):
+        """The body with the merged loops' variables bound to `ivars`/`rvars`."""
+        sub = dict(zip(loop_vars("i", len(self.sizes)), ivars))
+        sub.update(zip(loop_vars("r", len(self.rsizes)), rvars))
+        iv = [sympy.sympify(e).xreplace(sub) for e in self.iexprs]
+        rv = [sympy.sympify(e).xreplace(sub) for e in self.rexprs]
+        return (self.buffer.body(iv, rv) if self.is_reduction else self.buffer.body(iv)), _store_index(self.buffer, iv)
+
+    @property
+    def name(self):
+        return self.buffer.name
+
+    @property
+    def numel(self):
+        return math.prod(self.sizes)
+
+    @property
+    def rnumel(self):
+        return math.prod(self.rsizes)
+
+    @property
+    def is_reduction(self):
+        return self.buffer.is_reduction
+
+
+@dataclasses.dataclass(eq=False)
+class Member:
+    """A node placed in a kernel, with its variables expressed in the kernel's."""
+
+    node: Node
+    role: str  # "reduction" | "full" | "row"
+    value: ir.Expr  # in kernel variables x0 (outer) and r0 (reduction)
+    store_index: sympy.Expr  # in x0 (and r0 for full members)
+    reads: dict  # name -> [index in kernel variables]
+    # When it runs in a reduction kernel: even phase 2k = inside reduction loop k
+    # (full and reduction members), odd phase 2k+1 = per-x code between loop k
+    # and k+1 (row members), -1 = per-x code before the first loop.
+    phase: int = 0
+    stored: bool = True  # written to memory (someone outside the kernel reads it)
+
+
+@dataclasses.dataclass(eq=False)
+class FusedKernel:
+    members: list[Member]
+    xnumel: int
+    rnumel: int
+    order: int
+    name: str = ""
+    # why the node that opened this kernel did not join the kernel before it
+    split_reason: str = ""
+
+    @property
+    def is_reduction(self):
+        return self.rnumel > 1 or any(m.role == "reduction" for m in self.members)
+
+    @property
+    def writes(self) -> set[str]:
+        return {m.node.name for m in self.members}
+
+    @property
+    def loops(self) -> int:
+        """Number of reduction loops (passes over r) the kernel makes."""
+        return 1 + max((m.phase // 2 for m in self.members if m.phase >= 0), default=0)
+
+    def origins(self) -> list[str]:
+        return list(dict.fromkeys(o for m in self.members for o in m.node.buffer.origins))
+
+    def origin_ops(self) -> list[str]:
+        return list(dict.fromkeys(o for m in self.members for o in m.node.buffer.origin_ops))
+
+
+@dataclasses.dataclass(eq=False)
+class ExternStep:
+    buffer: ir.Buffer  # ExternCall or MultiOutput
+    order: int
+
+
+X, R = symbol("x0"), symbol("r0")
+
+
+# ---------------------------------------------------------------------------
+# canonical loop nests
+
+
+def make_node(buf: ir.ComputedBuffer) -> Node:
+    iv = loop_vars("i", len(buf.ranges))
+    rv = loop_vars("r", len(buf.reduction_ranges))
+    value = buf.body(iv, rv) if buf.is_reduction else buf.body(iv)
+    store = _store_index(buf, iv)
+    indices = [store] + _all_indices(value)
+    sizes, sub_i = merge_loops(list(buf.ranges), indices, iv)
+    rsizes, sub_r = merge_loops(list(buf.reduction_ranges), indices, rv)
+    new_iv = [sub_i[v] for v in iv]
+    new_rv = [sub_r[v] for v in rv]
+    value = buf.body(new_iv, new_rv) if buf.is_reduction else buf.body(new_iv)
+    store = _store_index(buf, new_iv)
+    return Node(buf, sizes, rsizes, value, store, _reads(value), new_iv, new_rv)
+
+
+def _store_index(buf: ir.ComputedBuffer, index) -> sympy.Expr:
+    if buf.is_reduction:
+        return sympy.expand(buf.out_index(index))
+    return sympy.expand(buf.store_offset + buf.store_index(index))
+
+
+def _all_indices(value: ir.Expr) -> list:
+    out = []
+    for e in value.walk():
+        if e.op == "load":
+            out.append(e.args[1])
+        elif e.op == "index":
+            out.append(e.args[0])
+    return out
+
+
+def _reads(value: ir.Expr) -> dict:
+    reads: dict = {}
+    for e in value.walk():
+        if e.op == "load":
+            reads.setdefault(e.args[0], []).append(None if e.args[2] else sympy.expand(e.args[1]))
+    return reads
+
+
+def _kernel_vars(node: Node, role: str, rnumel: int):
+    """The node's loop variables as expressions of the kernel's x0 / r0."""
+    if role == "reduction":
+        return _split(X, node.sizes), _split(R, node.rsizes)
+    if role == "row" or rnumel == 1:
+        return _split(X, node.sizes), []
+    # a full node: its outer loops cover x0, its inner loops cover r0
+    acc, k = 1, len(node.sizes)
+    while k > 0 and acc < rnumel:
+        k -= 1
+        acc *= node.sizes[k]
+    if acc != rnumel:
+        return None
+    return _split(X, node.sizes[:k]) + _split(R, node.sizes[k:]), []
+
+
+def _split(var, sizes):
+    """Variables for a loop nest `sizes` walked by one flat variable."""
+    from .index import unflatten
+
+    if not sizes:
+        return []
+    return unflatten(var, sizes)
+
+
+def place(node: Node, xnumel: int, rnumel: int) -> Member | None:
+    if node.is_reduction:
+        if (node.numel, node.rnumel) != (xnumel, rnumel):
+            return None
+        role = "reduction"
+    elif node.numel == xnumel * rnumel:
+        role = "full" if rnumel > 1 else "row"
+    elif node.numel == xnumel:
+        role = "row"
+    else:
+        return None
+    kv = _kernel_vars(node, role, rnumel)
+    if kv is None:
+        return None
+    value, store = node.evaluate(*kv)
+    return Member(node, role, value, sympy.expand(store), _reads(value))
+
+
+# ---------------------------------------------------------------------------
+# grouping
+
+
+class Scheduler:
+    def __init__(self, graph):
+        self.graph = graph
+        self.steps: list = []  # FusedKernel | ExternStep, in execution order
+        self.where: dict[str, object] = {}  # buffer name -> its step
+        self.readers: dict[str, list[str]] = {}  # buffer name -> names of nodes reading it
+        self.live = self._live_buffers()
+
+    def _live_buffers(self) -> set[str]:
+        """Buffers that the outputs or mutations need (dead code is dropped)."""
+        g = self.graph
+        by_name = {b.name: b for b in g.buffers}
+        need = [o.buffer.name for o in g.outputs if hasattr(o, "buffer")] + [m.name for m in g.mutations]
+        live: set[str] = set()
+        while need:
+            n = need.pop()
+            if n in live or n not in by_name:
+                continue
+            live.add(n)
+            need.extend(_deps(by_name[n]))
+        return live
+
+    def run(self):
+        nodes: dict[str, Node] = {}
+        for buf in self.graph.buffers:
+            if buf.name not in self.live or isinstance(buf, ir.InputBuffer):
+                continue
+            if isinstance(buf, ir.ComputedBuffer):
+                node = make_node(buf)
+                nodes[buf.name] = node
+                for b in node.reads:
+                    self.readers.setdefault(b, []).append(buf.name)
+                self._schedule(node)
+            else:
+                for b in _deps(buf):
+                    self.readers.setdefault(b, []).append(buf.name)
+                step = ExternStep(buf, len(self.steps))
+                self.steps.append(step)
+                self.where[buf.name] = step
+        self._finish()
+        return self
+
+    # -- placing one node ------------------------------------------------------
+    def _schedule(self, node: Node):
+        deps = set(node.reads)
+        target = node.buffer.store_target
+        if target is not None:  # a mutation runs after everything that reads the old value
+            deps |= {r for r in self.readers.get(target.name, []) if r != node.name}
+        producer_orders = [self.where[d].order for d in deps if d in self.where]
+        last_producer = max(producer_orders, default=-1)
+        reason = "fusion disabled" if not config.fusion else ""
+        if config.fusion:
+            for step in reversed(self.steps):
+                if step.order < last_producer:
+                    reason = reason or _needs(self.steps[last_producer])
+                    break
+                if isinstance(step, FusedKernel):
+                    member, why = self._try_fuse(step, node, deps)
+                    if member is not None:
+                        step.members.append(member)
+                        self.where[node.name] = step
+                        return
+                    reason = reason or f"{node.name} cannot join {step.members[0].node.name}'s kernel: {why}"
+                else:
+                    reason = reason or f"{step.buffer.name} ({_op(step.buffer)}) is an extern call"
+        xn, rn = (node.numel, node.rnumel) if node.is_reduction else (node.numel, 1)
+        member = place(node, xn, rn)
+        member.phase = 0 if member.role != "row" or rn == 1 else -1
+        kernel = FusedKernel([member], xn, rn, len(self.steps), split_reason=reason)
+        self.steps.append(kernel)
+        self.where[node.name] = kernel
+
+    def _try_fuse(self, kernel: FusedKernel, node: Node, deps: set[str]):
+        """(member, "") when `node` can join `kernel`, else (None, why not)."""
+        # every producer outside this kernel must already be scheduled before it
+        for d in deps:
+            step = self.where.get(d)
+            if step is not None and step is not kernel and step.order > kernel.order:
+                return None, f"it also needs {d}, computed after that kernel (fusing would make a cycle)"
+        written = kernel.writes
+        related = bool(deps & written) or any(
+            set(node.reads) & set(m.reads) for m in kernel.members
+        )
+        if not related:
+            return None, "they share no buffer"
+        member = place(node, kernel.xnumel, kernel.rnumel)
+        if member is None:
+            shape = f"{node.numel}x{node.rnumel}" if node.is_reduction else f"{node.numel}"
+            return None, f"its iteration space ({shape}) does not fit the kernel's ({kernel.xnumel}x{kernel.rnumel})"
+        by_name = {m.node.name: m for m in kernel.members}
+        phase = _first_phase(member, kernel)
+        for name, idxs in member.reads.items():
+            producer = by_name.get(name)
+            if producer is None:
+                continue
+            if not _same_index(idxs, producer, member):
+                return None, f"it reads {name} at another index than the kernel writes it (e.g. transposed)"
+            if producer.role == "full" and member.role == "row":
+                return None, f"a per-row value cannot depend on the whole row {name}"
+            phase = max(phase, _phase_after(producer, member, kernel))
+        member.phase = phase
+        # a mutation's target may be read in this kernel only at the index it writes
+        target = node.buffer.store_target
+        if target is not None:
+            for m in kernel.members:
+                for idx in m.reads.get(target.name, []):
+                    if idx is None or sympy.expand(idx - member.store_index) != 0:
+                        return None, f"it overwrites {target.name}, which the kernel reads elsewhere"
+        return member, ""
+
+    def _finish(self):
+        """Decide which buffers must reach memory and name the kernels."""
+        outputs = {o.buffer.name for o in self.graph.outputs if hasattr(o, "buffer")}
+        for step in self.steps:
+            if not isinstance(step, FusedKernel):
+                continue
+            names = {m.node.name for m in step.members}
+            for m in step.members:
+                name = m.node.name
+                outside = any(r not in names for r in self.readers.get(name, []))
+                later = any(
+                    m.role == "full" and c.phase != m.phase
+                    for c in step.members
+                    if name in c.reads
+                )
+                m.stored = name in outputs or outside or later or m.node.buffer.store_target is not None
+                if not config.fusion:
+                    m.stored = True
+
+
+def _first_phase(member: Member, kernel: FusedKernel) -> int:
+    if kernel.rnumel == 1 and not any(m.role == "reduction" for m in kernel.members):
+        return 0  # a pointwise kernel: one loop, no phases
+    return -1 if member.role == "row" else 0
+
+
+def _phase_after(producer: Member, consumer: Member, kernel: FusedKernel) -> int:
+    """The earliest phase in which `consumer` can read `producer`'s value."""
+    if kernel.rnumel == 1 and not any(m.role == "reduction" for m in kernel.members):
+        return 0
+    p = producer.phase
+    if producer.role == "full":  # same loop is fine
+        return p
+    if producer.role == "reduction":  # its value exists after loop p // 2
+        return p + 1 if consumer.role == "row" else p + 2
+    # a row value: rows in the same slot, loops in the next loop
+    return p if consumer.role == "row" else p + 1
+
+
+def _same_index(read_indices, producer: Member, consumer: Member) -> bool:
+    for idx in read_indices:
+        if idx is None:
+            return False
+        if producer.role in ("reduction", "row") and R in idx.free_symbols:
+            return False
+        if sympy.expand(idx - producer.store_index) != 0:
+            return False
+    return True
+
+
+def _needs(step) -> str:
+    if isinstance(step, ExternStep):
+        return f"it reads {step.buffer.name}, the result of {_op(step.buffer)} (an extern call)"
+    return "it reads a value computed by a later kernel"
+
+
+def _op(buf) -> str:
+    return buf.origin_ops[0] if getattr(buf, "origin_ops", None) else type(buf).__name__
+
+
+def _deps(buf: ir.Buffer) -> list[str]:
+    if isinstance(buf, ir.ComputedBuffer):
+        iv = loop_vars("i", len(buf.ranges))
+        rv = loop_vars("r", len(buf.reduction_ranges))
+        value = buf.body(iv, rv) if buf.is_reduction else buf.body(iv)
+        deps = list(_reads(value))
+        if buf.store_target is not None:
+            deps.append(buf.store_target.name)
+        return deps
+    if isinstance(buf, ir.ExternCall):
+        return list(_refs(buf.args) + _refs(list(buf.kwargs.values())))
+    if isinstance(buf, ir.MultiOutput):
+        return [buf.parent.name]
+    return []
+
+
+def _refs(args: Sequence) -> list[str]:
+    out = []
+    for a in args:
+        if isinstance(a, ir.TensorRef):
+            out.append(a.buffer)
+        elif isinstance(a, (list, tuple)):
+            out.extend(_refs(a))
+    return out
+
+
+def schedule(graph) -> Scheduler:
+    return Scheduler(graph).run()
