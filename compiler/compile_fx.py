@@ -85,6 +85,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str = "inferen
             )
         )
 
+    if hasattr(backend, "wait"):  # kernels compile concurrently: finish before returning
+        backend.wait(launchers.values())
     wrapper = WrapperCode(graph, sched, backend.launch_code)
     wrapper_src = wrapper.generate()
     ns = dict(wrapper.ns)
@@ -108,6 +110,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str = "inferen
     )
     _debug_dump(record)
     publish(record)
+    if config.cuda_graphs and device.type == "cuda":
+        from .runtime import cuda_graphs
+
+        call = cuda_graphs.wrap(call)
     call._boxed_call = True
     call.record = record
     return call

@@ -23,6 +23,11 @@ _EXTRA = [
     aten._native_batch_norm_legit_no_training,
     aten._native_batch_norm_legit_functional,
     aten.native_batch_norm_backward,
+    aten._native_batch_norm_legit,
+    aten.native_batch_norm,
+    aten._batch_norm_with_update,
+    aten._batch_norm_with_update_functional,
+    aten._batch_norm_no_update,
     aten.var_mean.correction,
     aten.gelu,
     aten.gelu_backward,
@@ -41,6 +46,10 @@ _EXTRA = [
     aten.mean.default,
     aten.clamp_min,
     aten.clamp_max,
+    aten.linalg_vector_norm,
+    aten.repeat,
+    aten.slice_scatter,
+    aten.diagonal,
 ]
 
 # Ops we lower ourselves even though core decompositions exist.

@@ -147,6 +147,8 @@ class GraphLowering:
                 else:
                     self.env[node] = lower_node(self, node, args, kwargs)
                 self._maybe_realize_inputs(node)
+            elif node.op == "get_attr":
+                self.env[node] = self._constant(node)
             elif node.op == "output":
                 self._outputs(node)
             else:
@@ -176,6 +178,16 @@ class GraphLowering:
         )
         self.inputs.append(buf)
         self.register(buf)
+        return View(buf, buf.size, buf.stride, 0)
+
+    def _constant(self, node):
+        value = getattr(self.gm, node.target)
+        if not isinstance(value, torch.Tensor):
+            return value
+        buf = self.register(ir.ConstantBuffer(
+            name=self.new_name("const"), size=tuple(value.shape), stride=tuple(value.stride()),
+            dtype=value.dtype, device=value.device, offset=value.storage_offset(), value=value,
+        ))
         return View(buf, buf.size, buf.stride, 0)
 
     def _maybe_realize_inputs(self, node):

@@ -207,6 +207,29 @@ def simplify_with_ranges(expr: sympy.Expr, ranges: dict) -> sympy.Expr:
     return expr
 
 
+def fold_divmod(expr: sympy.Expr) -> sympy.Expr:
+    """Undo an unflatten: c*m*(a // (d*m)) + c*((a // d) % m) == c*(a // d),
+    so a loop split into (outer, inner) and read back flat compares equal."""
+    expr = sympy.expand(expr)
+    changed = True
+    while changed and isinstance(expr, sympy.Add):
+        changed = False
+        terms = {}
+        for t in expr.args:
+            c, f = t.as_coeff_Mul()
+            terms[f] = terms.get(f, 0) + c
+        for f, c in terms.items():
+            if not isinstance(f, ModularIndexing):
+                continue
+            a, div, mod = f.args
+            outer = FloorDiv(a, div * mod)
+            if isinstance(outer, FloorDiv) and terms.get(outer) == c * mod:
+                expr = sympy.expand(expr - c * f - c * mod * outer + c * FloorDiv(a, div))
+                changed = True
+                break
+    return expr
+
+
 def _split_multiples(a: sympy.Expr, d: int):
     """Split a sum into (the rest, the terms that are multiples of d)."""
     terms = a.args if isinstance(a, sympy.Add) else (a,)

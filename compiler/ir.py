@@ -146,6 +146,13 @@ class InputBuffer(Buffer):
 
 
 @dataclasses.dataclass(eq=False)
+class ConstantBuffer(InputBuffer):
+    """A tensor constant of the graph (an FX get_attr, e.g. torch.tensor([...]) in the code)."""
+
+    value: Any = None
+
+
+@dataclasses.dataclass(eq=False)
 class ComputedBuffer(Buffer):
     """A buffer computed by generated code.
 
@@ -214,6 +221,8 @@ def describe_buffer(buf: Buffer) -> str:
     """One readable line of IR, as the report and `print(graph.ir)` show it."""
     dt = str(buf.dtype).replace("torch.", "")
     shape = f"{dt}{list(buf.size)}"
+    if isinstance(buf, ConstantBuffer):
+        return f"{buf.name} = constant {shape} stride={list(buf.stride)}"
     if isinstance(buf, InputBuffer):
         return f"{buf.name} = input[{buf.position}] {shape} stride={list(buf.stride)}"
     if isinstance(buf, ComputedBuffer):

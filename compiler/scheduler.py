@@ -24,7 +24,7 @@ import sympy
 
 from . import ir
 from .config import config
-from .index import loop_vars, merge_loops, symbol
+from .index import fold_divmod, loop_vars, merge_loops, symbol
 
 
 @dataclasses.dataclass(eq=False)
@@ -364,7 +364,7 @@ def _same_index(read_indices, producer: Member, consumer: Member) -> bool:
             return False
         if producer.role in ("reduction", "row") and R in idx.free_symbols:
             return False
-        if sympy.expand(idx - producer.store_index) != 0:
+        if fold_divmod(idx - producer.store_index) != 0:
             return False
     return True
 

@@ -59,10 +59,12 @@ PRELUDE = r"""
 #include <cstring>
 #include <cmath>
 #include <limits>
-#include <algorithm>
 extern "C" {
 %SIMD%
 }
+// not <algorithm>: it doubles the time g++ takes to build a kernel
+template <typename T> static inline T fusion_min(T a, T b) { return b < a ? b : a; }
+template <typename T> static inline T fusion_max(T a, T b) { return a < b ? b : a; }
 static inline float fusion_bf2f(uint16_t v) { uint32_t u = (uint32_t)v << 16; float f; std::memcpy(&f, &u, 4); return f; }
 static inline uint16_t fusion_f2bf(float f) {
   uint32_t u; std::memcpy(&u, &f, 4);
@@ -82,6 +84,27 @@ template <typename T> static inline T fusion_fmod_py(T a, T b) {
   T r = std::fmod(a, b);
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
+// ATen's calc_erfinv: a rational first guess, then two Newton steps
+template <typename T> static inline T fusion_erfinv(T y) {
+  T ya = std::abs(y);
+  if (ya > 1) return std::numeric_limits<T>::quiet_NaN();
+  if (ya == 1) return std::copysign(std::numeric_limits<T>::infinity(), y);
+  T x;
+  if (ya <= T(0.7)) {
+    T z = y * y;
+    T num = ((T(-0.140543331) * z + T(0.914624893)) * z + T(-1.645349621)) * z + T(0.886226899);
+    T den = (((T(0.012229801) * z + T(-0.329097515)) * z + T(1.442710462)) * z + T(-2.118377725)) * z + T(1);
+    x = y * num / den;
+  } else {
+    T z = std::sqrt(-std::log((T(1) - ya) / T(2)));
+    T num = ((T(1.641345311) * z + T(3.429567803)) * z + T(-1.624906493)) * z + T(-1.970840454);
+    x = std::copysign(num, y) / ((T(1.637067800) * z + T(3.543889200)) * z + T(1));
+  }
+  const T k = T(1.1283791670955126);  // 2 / sqrt(pi)
+  x = x - (std::erf(x) - y) / (k * std::exp(-x * x));
+  x = x - (std::erf(x) - y) / (k * std::exp(-x * x));
+  return x;
+}
 template <typename T> static inline T fusion_ipow(T a, T b) {
   if (b < 0) return (a == 1) ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
   T r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r;
@@ -91,25 +114,26 @@ template <typename T> static inline T fusion_ipow(T a, T b) {
 
 class IndexPrinter(C99CodePrinter):
     def _print_FloorDiv(self, e):
-        return f"({self._print(e.args[0])} / {self._print(e.args[1])})"
+        # the dividend is parenthesized: C's / binds tighter than the + of an affine index
+        return f"(({self._print(e.args[0])}) / {self._print(e.args[1])})"
 
     def _print_ModularIndexing(self, e):
         a, div, mod = e.args
-        inner = self._print(a) if div == 1 else f"({self._print(a)} / {self._print(div)})"
+        inner = f"({self._print(a)})" if div == 1 else f"(({self._print(a)}) / {self._print(div)})"
         return f"({inner} % {self._print(mod)})"
 
     def _print_Min(self, e):
         args = [self._print(a) for a in e.args]
         out = args[0]
         for a in args[1:]:
-            out = f"std::min<int64_t>({out}, {a})"
+            out = f"fusion_min<int64_t>({out}, {a})"
         return out
 
     def _print_Max(self, e):
         args = [self._print(a) for a in e.args]
         out = args[0]
         for a in args[1:]:
-            out = f"std::max<int64_t>({out}, {a})"
+            out = f"fusion_max<int64_t>({out}, {a})"
         return out
 
     def _print_Integer(self, e):
@@ -174,6 +198,7 @@ UNARY_C = {
     "erf": lambda a, t: f"{_fn('erf', t)}({a})",
     "erfc": lambda a, t: f"{_fn('erfc', t)}({a})",
     "lgamma": lambda a, t: f"{_fn('lgamma', t)}({a})",
+    "erfinv": lambda a, t: f"fusion_erfinv<{CTYPE[t]}>({a})",
     "sigmoid": lambda a, t: f"({_const(1, t)} / ({_const(1, t)} + {_fn('exp', t)}(-{a})))",
     "reciprocal": lambda a, t: f"({_const(1, t)} / {a})",
     "floor": lambda a, t: f"std::floor({a})",
@@ -185,8 +210,9 @@ UNARY_C = {
     "bitwise_not": lambda a, t: f"(~{a})",
     "logical_not": lambda a, t: f"(!{a})",
     "isnan": lambda a, t: f"({a} != {a})",
-    "isinf": lambda a, t: f"(std::abs({a}) == std::numeric_limits<{CTYPE[t]}>::infinity())",
-    "signbit": lambda a, t: f"std::signbit({a})",
+    "isinf": lambda a, t: f"(std::abs({a}) == std::numeric_limits<{CTYPE[t]}>::infinity())" if t.is_floating_point else "false",
+    # not std::signbit: g++ 12 crashes vectorizing it after a bf16 conversion
+    "signbit": lambda a, t: f"(std::copysign({_const(1, t)}, {a}) < 0)" if t.is_floating_point else f"({a} < 0)",
 }
 
 
@@ -205,9 +231,9 @@ def _binary(name, a, b, t):
     if name == "logical_xor":
         return f"(!!{a} != !!{b})"
     if name == "maximum":
-        return f"(({a} != {a}) ? {a} : (({a} > {b} || {b} != {b}) ? ({b} != {b} ? {b} : {a}) : {b}))" if fp else f"std::max({a}, {b})"
+        return f"(({a} != {a}) ? {a} : (({a} > {b} || {b} != {b}) ? ({b} != {b} ? {b} : {a}) : {b}))" if fp else f"fusion_max<{CTYPE[t]}>({a}, {b})"
     if name == "minimum":
-        return f"(({a} != {a}) ? {a} : (({a} < {b} || {b} != {b}) ? ({b} != {b} ? {b} : {a}) : {b}))" if fp else f"std::min({a}, {b})"
+        return f"(({a} != {a}) ? {a} : (({a} < {b} || {b} != {b}) ? ({b} != {b} ? {b} : {a}) : {b}))" if fp else f"fusion_min<{CTYPE[t]}>({a}, {b})"
     if name == "fmax":
         return f"std::fmax({a}, {b})"
     if name == "fmin":
@@ -247,7 +273,15 @@ REDUCTION_INIT = {
     "any": lambda t: "false",
     "all": lambda t: "true",
 }
-OMP_REDUCTION = {"sum": "+", "prod": "*", "max": "max", "min": "min", "any": "||", "all": "&&"}
+# bool accumulators stop g++ from vectorizing a loop: any/all (and the NaN flag of
+# max/min) accumulate in an int with a bitwise reduction instead
+OMP_REDUCTION = {"sum": "+", "prod": "*", "max": "max", "min": "min", "any": "|", "all": "&"}
+# ops costly enough that a row value computed in one loop of a reduction kernel
+# is kept in a per-thread row buffer for the later loops, rather than computed again
+COSTLY_OPS = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
+              "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "erfinv", "lgamma", "sigmoid", "pow",
+              "atan2", "hypot"}
+ROW_BUFFER_MAX_BYTES = 64 * 1024  # per buffer, on the thread's stack; longer rows compute again
 
 
 class CppKernel:
@@ -292,9 +326,7 @@ class CppKernel:
 
     def emit_value(self, e: ir.Expr, cse: dict, out: list[str], indent: str) -> str:
         """Lines computing e (into `out`); returns the C++ name of its value."""
-        for s in e.walk():
-            if s in cse:
-                continue
+        for s in _missing(e, cse):
             code = self._expr(s, cse)
             if s.op == "const":
                 cse[s] = code
@@ -400,40 +432,67 @@ class CppKernel:
         # few outer points and long rows: parallelize inside the row instead
         parallel_r = parallel and k.xnumel < 4 * (os.cpu_count() or 1) and k.rnumel >= 4096
         indent = self._loops_open(body, parallel and not parallel_r, simd_inner=False)
+        phases = member_order(k)
+        self.kept = {} if parallel_r else self._plan_row_buffers([ms for p, ms in phases if p % 2 == 0 and p >= 0])
+        for e, (name, first) in self.kept.items():
+            body.append(f"{indent}{CTYPE[e.dtype]} {name}[{k.rnumel}] __attribute__((aligned(64)));")
         row_cse: dict = {}
-        for phase, members in member_order(k):
+        loop = 0
+        for phase, members in phases:
             if phase % 2 == 1 or phase < 0:  # per-x values between loops
                 for m in members:
                     v = self.emit_value(self._rewrite(m.value), row_cse, body, indent)
                     self.row_vars[m.node.name] = v
                     self.store(m, v, body, indent)
                 continue
-            self._render_loop(members, body, indent, row_cse, parallel_r)
+            self._render_loop(members, body, indent, row_cse, parallel_r, loop)
+            loop += 1
         self._loops_close(body)
 
-    def _render_loop(self, members, body, indent, row_cse, parallel_r):
+    def _plan_row_buffers(self, loops) -> dict:
+        """Costly values that depend on r0, computed in one loop and needed again in
+        a later one (softmax's exp): Expr -> (row buffer name, loop that fills it)."""
+        if self.k.rnumel * 8 > ROW_BUFFER_MAX_BYTES:
+            return {}
+        walks = [[e for m in ms for e in self._rewrite(m.value).walk()] for ms in loops]
+        first: dict = {}
+        for i, w in enumerate(walks):
+            for e in w:
+                first.setdefault(e, i)
+        kept: dict = {}
+        for i, w in enumerate(walks):
+            covered: set = set()
+            for e in reversed(w):  # consumers first: keep the largest shared values
+                if e in covered or first[e] == i or e.op not in COSTLY_OPS or not _depends_on_r(e):
+                    continue
+                kept.setdefault(e, (f"row{len(kept)}", first[e]))
+                covered.update(e.walk())
+        return kept
+
+    def _render_loop(self, members, body, indent, row_cse, parallel_r, loop):
         reds = [m for m in members if m.role == "reduction"]
         accs = {}
+        same: dict = {}  # (reduction type, value) -> accumulator: equal reductions are made once
+        clauses = []
         for m in reds:
             t = m.value.dtype
-            acc = f"acc_{m.node.name}"
-            accs[m.node.name] = acc
             rt = m.node.buffer.reduction_type
+            key = (rt, self._rewrite(m.value))
+            if key in same:
+                accs[m.node.name] = same[key]
+                continue
+            acc = same[key] = accs[m.node.name] = f"acc_{m.node.name}"
             if rt in ("argmax", "argmin"):
                 body.append(f"{indent}{CTYPE[t]} {acc}_v = {REDUCTION_INIT['max' if rt == 'argmax' else 'min'](t)};")
                 body.append(f"{indent}int64_t {acc} = 0;")
-            else:
-                body.append(f"{indent}{CTYPE[t]} {acc} = {REDUCTION_INIT[rt](t)};")
-                if rt in ("max", "min") and t.is_floating_point:
-                    body.append(f"{indent}bool {acc}_nan = false;")
-        clauses = []
+                continue
+            ctype = "int" if rt in ("any", "all") else CTYPE[t]
+            body.append(f"{indent}{ctype} {acc} = {REDUCTION_INIT[rt](t)};")
+            clauses.append(f"reduction({OMP_REDUCTION[rt]}:{acc})")
+            if rt in ("max", "min") and t.is_floating_point:
+                body.append(f"{indent}int {acc}_nan = 0;")
+                clauses.append(f"reduction(|:{acc}_nan)")
         vectorizable = all(m.node.buffer.reduction_type not in ("argmax", "argmin") for m in reds)
-        for m in reds:
-            rt = m.node.buffer.reduction_type
-            if rt in OMP_REDUCTION:
-                clauses.append(f"reduction({OMP_REDUCTION[rt]}:{accs[m.node.name]})")
-                if rt in ("max", "min") and m.value.dtype.is_floating_point:
-                    clauses.append(f"reduction(||:{accs[m.node.name]}_nan)")
         if parallel_r and vectorizable:
             body.append(f"{indent}#pragma omp parallel for simd {' '.join(clauses)}")
         elif vectorizable:
@@ -442,10 +501,21 @@ class CppKernel:
         body.append(indent + "{")
         inner = indent + "    "
         cse = dict(row_cse)
+        for e, (name, first) in self.kept.items():
+            if first < loop:
+                cse[e] = self.new_tmp()
+                body.append(f"{inner}auto {cse[e]} = {name}[r0];")
+        done: set = set()
         for m in members:
             v = self.emit_value(self._rewrite(m.value), cse, body, inner)
+            for e, (name, first) in self.kept.items():
+                if first == loop and e in cse and name not in done:
+                    body.append(f"{inner}{name}[r0] = {cse[e]};")
+                    done.add(name)
             if m.role == "reduction":
                 acc = accs[m.node.name]
+                if acc != f"acc_{m.node.name}":
+                    continue  # the same reduction as an earlier member
                 rt = m.node.buffer.reduction_type
                 if rt == "sum":
                     body.append(f"{inner}{acc} = {acc} + {v};")
@@ -455,11 +525,11 @@ class CppKernel:
                     op = ">" if rt == "max" else "<"
                     body.append(f"{inner}{acc} = ({v} {op} {acc}) ? {v} : {acc};")
                     if m.value.dtype.is_floating_point:
-                        body.append(f"{inner}{acc}_nan = {acc}_nan || ({v} != {v});")
+                        body.append(f"{inner}{acc}_nan |= ({v} != {v});")
                 elif rt == "any":
-                    body.append(f"{inner}{acc} = {acc} || {v};")
+                    body.append(f"{inner}{acc} |= ({v} != 0);")
                 elif rt == "all":
-                    body.append(f"{inner}{acc} = {acc} && {v};")
+                    body.append(f"{inner}{acc} &= ({v} != 0);")
                 elif rt in ("argmax", "argmin"):
                     op = ">" if rt == "argmax" else "<"
                     nan = f" || ({v} != {v} && {acc}_v == {acc}_v)" if m.value.dtype.is_floating_point else ""
@@ -470,18 +540,49 @@ class CppKernel:
                 self.row_vars[m.node.name] = v
                 self.store(m, v, body, inner)
         body.append(indent + "}")
+        finished: set = set()
         for m in reds:
             acc = accs[m.node.name]
             rt = m.node.buffer.reduction_type
-            if rt in ("max", "min") and m.value.dtype.is_floating_point:
+            if rt in ("max", "min") and m.value.dtype.is_floating_point and acc not in finished:
                 nan = "std::numeric_limits<double>::quiet_NaN()" if m.value.dtype == torch.float64 else "std::numeric_limits<float>::quiet_NaN()"
                 body.append(f"{indent}if ({acc}_nan) {acc} = {nan};")
+            finished.add(acc)
             self.row_vars[m.node.name] = acc
             self.store(m, acc, body, indent)
         # full members of this loop are not visible after it
         for m in members:
             if m.role == "full":
                 self.row_vars.pop(m.node.name, None)
+
+
+def _missing(e: ir.Expr, cse: dict) -> list:
+    """The sub-expressions of e not yet in cse, producers first; the operands of
+    a value already in cse (a row buffer load, say) are not needed."""
+    out: dict = {}
+
+    def visit(x):
+        if x in cse or x in out:
+            return
+        for a in x.args:
+            if isinstance(a, ir.Expr):
+                visit(a)
+        if x.op == "load":
+            for _, ie in x.args[2]:
+                visit(ie)
+        out[x] = None
+
+    visit(e)
+    return list(out)
+
+
+def _depends_on_r(e: ir.Expr) -> bool:
+    for s in e.walk():
+        if s.op == "load" and R in s.args[1].free_symbols:
+            return True
+        if s.op == "index" and R in s.args[0].free_symbols:
+            return True
+    return False
 
 
 def render(kernel: FusedKernel, name: str, buffers: dict) -> str:

@@ -60,6 +60,10 @@ class WrapperCode:
         self.lines.append("    args.clear()")
         for i, b in enumerate(g.inputs):
             self.allocated[b.name] = b.name
+        for b in g.buffers:
+            if isinstance(b, ir.ConstantBuffer):
+                self.lines.append(f"    {b.name} = {self.stash(b.value)}")
+                self.allocated[b.name] = b.name
         last_use = self._last_uses()
         outputs = {o.buffer.name for o in g.outputs if isinstance(o, View)}
         for pos, step in enumerate(self.sched.steps):

@@ -71,7 +71,7 @@ def gather(g, node, x, dim, index_t, *, sparse_grad=False):
 @register(aten.copy_.default)
 def copy_(g, node, dst, src, non_blocking=False):
     """A functionalized in-place op: write the new value into the graph input."""
-    if not (isinstance(dst, View) and isinstance(dst.buffer, ir.InputBuffer)):
+    if not (isinstance(dst, View) and isinstance(dst.buffer, ir.InputBuffer)) or isinstance(dst.buffer, ir.ConstantBuffer):
         raise Unsupported("copy_ into something other than a graph input")
     if not is_tensor(src):
         raise Unsupported("copy_ from a scalar")

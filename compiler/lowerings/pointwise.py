@@ -120,8 +120,6 @@ def floor_divide(g, node, a, b):
 @register(aten.pow)
 def pow_(g, node, a, b):
     if is_tensor(b):
-        if not is_tensor(a) and not out_val(node).dtype.is_floating_point:
-            raise Unsupported("integer scalar ** tensor")
         return make_pointwise(g, node, _op("pow"), [a, b])
     if isinstance(b, (int, float)) and float(b).is_integer() and -4 <= b <= 4:
         n = int(b)
@@ -140,6 +138,11 @@ def pow_(g, node, a, b):
     if b == 0.5:
         return make_pointwise(g, node, _op("sqrt"), [a])
     return make_pointwise(g, node, lambda x: ir.op("pow", x, ir.const(b, x.dtype), dtype=x.dtype), [a])
+
+
+@register(aten.ldexp)
+def ldexp(g, node, a, b):
+    return make_pointwise(g, node, lambda x, y: ir.op("mul", x, ir.op("exp2", y, dtype=y.dtype), dtype=x.dtype), [a, b])
 
 
 @register(aten.where)

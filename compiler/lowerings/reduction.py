@@ -9,7 +9,7 @@ import torch
 
 from .. import ir
 from ..graph import View
-from ..index import contiguous_strides, linear_index
+from ..index import contiguous_strides, linear_index, loop_vars
 from .registry import Unsupported, make_pointwise, origins_of, out_val, register, upcast
 
 aten = torch.ops.aten
@@ -54,6 +54,12 @@ def reduce(g, node, x, dims, rtype, out_dtype=None, out_size=None):
     def out_index(index):
         return linear_index(index, out_stride_outer)
 
+    # an identical reduction already lowered (layer_norm's mean, computed by var_mean and again): reuse it
+    iv, rv = loop_vars("i", len(ranges)), loop_vars("r", len(rranges))
+    key = (ranges, rranges, rtype, out_dtype, out_index(iv), body(iv, rv))
+    seen = g.__dict__.setdefault("reductions", {})
+    if key in seen:  # the same values in the same layout, maybe with other size-1 dims
+        return View(seen[key].buffer, out_size, stride)
     origins = origins_of(g, node, x)
     buf = g.register(
         ir.ComputedBuffer(
@@ -72,7 +78,8 @@ def reduce(g, node, x, dims, rtype, out_dtype=None, out_size=None):
             out_index=out_index,
         )
     )
-    return View(buf, out_size, stride)
+    seen[key] = View(buf, out_size, stride)
+    return seen[key]
 
 
 @register(aten.sum.dim_IntList, aten.sum.default)
@@ -113,6 +120,16 @@ def argmax(g, node, x, dim=None, keepdim=False):
 @register(aten.argmin)
 def argmin(g, node, x, dim=None, keepdim=False):
     return reduce(g, node, x, _dims(x, dim), "argmin")
+
+
+@register(aten.max.dim, aten.min.dim)
+def max_min_dim(g, node, x, dim, keepdim=False):
+    """(values, indices): two reductions over the same rows, fused into one kernel."""
+    kind = "max" if node.target is aten.max.dim else "min"
+    size = tuple(out_val(node)[0].shape)
+    dims = _dims(x, dim)
+    values = reduce(g, node, x, dims, kind, out_dtype=x.dtype, out_size=size)
+    return values, reduce(g, node, x, dims, "arg" + kind, out_dtype=torch.int64, out_size=size)
 
 
 @register(aten.any.dim, aten.any.dims, aten.any.default)

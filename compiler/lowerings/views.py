@@ -115,17 +115,40 @@ def slice_(g, node, x, dim=0, start=None, end=None, step=1):
     start = 0 if start is None else start
     start = min(max(start + n if start < 0 else start, 0), n)
     size = tuple(out_val(node).shape)
+    return _slice(x, dim, start, size[dim], size, step)
+
+
+@register(aten.flip.default)
+def flip(g, node, x, dims):
+    dims = {d % x.ndim for d in dims}
+    # a Lazy, not negative strides: externs and as_strided cannot take those
+    return Lazy(x.size, x.dtype, lambda idx: x.load([x.size[d] - 1 - i if d in dims else i for d, i in enumerate(idx)]), x.origins)
+
+
+@register(aten.split_with_sizes.default, aten.split.Tensor, aten.unsafe_split.Tensor, aten.split_with_sizes_copy.default)
+def split(g, node, x, sizes, dim=0):
+    """Every piece is a slice: a view of x."""
+    dim = dim % x.ndim
+    out, start = [], 0
+    for val in out_val(node):
+        n = val.shape[dim]
+        out.append(_slice(x, dim, start, n, tuple(val.shape)))
+        start += n
+    return tuple(out)
+
+
+def _slice(x, dim, start, size, out_size, step=1):
     if isinstance(x, View):
         stride = list(x.stride)
         stride[dim] *= step
-        return _strided(x, size, tuple(stride), x.offset + start * x.stride[dim])
+        return _strided(x, out_size, tuple(stride), x.offset + start * x.stride[dim])
 
     def fn(idx):
         idx = list(idx)
         idx[dim] = start + step * idx[dim]
         return idx
 
-    return _reindex(x, size, fn)
+    return _reindex(x, out_size, fn)
 
 
 @register(aten.select.int, aten.select_copy.int)

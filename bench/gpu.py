@@ -1,0 +1,450 @@
+"""GPU benchmark: eager vs ours (backend="fusion") vs TorchInductor, one process, one run.
+
+    PYTHONPATH=. python bench/gpu.py [--out results.md] [--only softmax,gelu] [--quick]
+
+For each workload and size: median time per call of each (CUDA events around
+each call, warm-up first, compile excluded, the three interleaved round by round;
+the L2 cache is flushed before each timed call when the call moves >= 8 MB, so big
+cases measure memory, small ones the whole per-call latency), the ratios,
+kernels and launches per call (torch.profiler), ours as a fraction of the
+memory floor (bytes the call must move / measured device-to-device copy
+bandwidth), and cold compile time (first call, empty caches) of ours and
+Inductor. A table is printed; markdown and JSON go to --out (default
+$OUT/bench.md when $OUT is set)."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+import types
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    default_out = os.path.join(os.environ["OUT"], "bench.md") if os.environ.get("OUT") else "bench_results.md"
+    p.add_argument("--out", default=default_out, help="markdown path; JSON is written beside it")
+    p.add_argument("--only", default="", help="comma-separated workload name prefixes")
+    p.add_argument("--quick", action="store_true", help="fewer timing rounds")
+    p.add_argument("--smoke", action="store_true", help="CPU, tiny sizes: checks the script, not speed")
+    p.add_argument("--warm-cache", action="store_true", help="keep compile caches (cold compile is then not cold)")
+    return p.parse_args(argv)
+
+
+ARGS = parse_args() if __name__ == "__main__" else None
+if ARGS is not None and not ARGS.warm_cache:
+    # empty caches, set before torch/triton are imported, so compile times are cold
+    _tmp = tempfile.mkdtemp(prefix="fusion-bench-")
+    for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "FUSION_CACHE_DIR"):
+        os.environ[var] = os.path.join(_tmp, var.lower())
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import compiler  # noqa: E402
+from compiler.runtime import triton_build  # noqa: E402
+
+FLUSH_MIN_BYTES = 8 << 20
+
+
+# -- workloads ------------------------------------------------------------------------
+
+
+class PointwiseModel(nn.Module):
+    def __init__(self, dim=1024):
+        super().__init__()
+        self.scale1, self.bias1 = nn.Parameter(torch.randn(dim)), nn.Parameter(torch.randn(dim))
+        self.scale2, self.bias2 = nn.Parameter(torch.randn(dim)), nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        x = torch.relu(x * self.scale1 + self.bias1)
+        x = torch.sigmoid(x * self.scale2 + self.bias2)
+        return torch.tanh(x * 2.0 + 1.0)
+
+
+class MixedModel(nn.Module):
+    def __init__(self, dim=512):
+        super().__init__()
+        self.linear1, self.linear2 = nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.scale, self.bias = nn.Parameter(torch.randn(dim)), nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        x = torch.relu(self.linear1(x) * self.scale + self.bias) * 0.5 + 0.5
+        return torch.sigmoid(self.linear2(F.gelu(x)))
+
+
+def toy_example(a, b):
+    x = a / (torch.abs(a) + 1)
+    if b.sum() < 0:
+        b = b * -1
+        if a.sum() < 1:
+            a = a * -2
+    return x * b
+
+
+def ceilfloor(a, b):
+    return ((a.ceil() + b.floor()).sum(dim=-1).softmax(dim=-1) * 10) ** 3
+
+
+class Workload:
+    def __init__(self, name, make, memory_bound=True, train=False):
+        self.name, self.make, self.memory_bound, self.train = name, make, memory_bound, train
+
+
+def workloads(device, smoke: bool) -> list[Workload]:
+    def s(n):  # shrink sizes for --smoke
+        return max(1, n // 64) if smoke else n
+
+    def rnd(*shape, dtype=torch.float32):
+        return torch.randn(*shape, device=device, dtype=dtype)
+
+    def model(cls, dim, rows, train=False):
+        m = cls(dim).to(device)
+        m.train(train)
+        return m, (rnd(s(rows), dim),)
+
+    out = [
+        Workload("sin_chain 10M", lambda: (lambda x: ((x + 1) * 2).sin(), (rnd(s(10_000_000)),))),
+        Workload("gelu_tanh 10M", lambda: (lambda x: F.gelu(x, approximate="tanh"), (rnd(s(10_000_000)),))),
+        Workload("relu_sigmoid_tanh 10M", lambda: (lambda x: x.relu() + x.sigmoid() * x.tanh(), (rnd(s(10_000_000)),))),
+    ]
+    for rows in (256, 1024, 16384):
+        out.append(Workload(f"PointwiseModel [{rows},1024]", lambda rows=rows: model(PointwiseModel, 1024, rows)))
+    for rows in (256, 16384):
+        out.append(Workload(f"MixedModel [{rows},512]", lambda rows=rows: model(MixedModel, 512, rows), memory_bound=False))
+    for dt, tag in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+        R, C = s(8192), 4096
+        ln = lambda dt=dt: nn.LayerNorm(C).to(device=device, dtype=dt)  # noqa: E731
+        out += [
+            Workload(f"softmax [8192,4096] {tag}", lambda dt=dt: (lambda x: x.softmax(-1), (rnd(R, C, dtype=dt),))),
+            Workload(f"layer_norm [8192,4096] {tag}", lambda dt=dt, ln=ln: (ln(), (rnd(R, C, dtype=dt),))),
+            Workload(f"rms_norm [8192,4096] {tag}", lambda dt=dt: (
+                lambda x, w: F.rms_norm(x, (C,), w, 1e-6), (rnd(R, C, dtype=dt), rnd(C, dtype=dt)))),
+            Workload(f"bias_gelu [8192,4096] {tag}", lambda dt=dt: (
+                lambda x, b: F.gelu(x + b), (rnd(R, C, dtype=dt), rnd(C, dtype=dt)))),
+        ]
+    out.append(Workload("ceilfloor_softmax [4096,4096]", lambda: (ceilfloor, (rnd(s(4096), 4096), rnd(s(4096), 4096)))))
+    out.append(Workload("toy_example [10]", lambda: (toy_example, (rnd(10), torch.ones(10, device=device)))))
+
+    def mlp():
+        m = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024)).to(device)
+
+        def step(x, y):
+            for p in m.parameters():
+                p.grad = None
+            loss = F.mse_loss(m(x), y)
+            loss.backward()
+            return loss
+
+        return step, (rnd(s(4096), 1024), rnd(s(4096), 1024))
+
+    out.append(Workload("mlp_train_step [4096,1024->4096->1024]", mlp, memory_bound=False, train=True))
+    return out
+
+
+# -- measuring ---------------------------------------------------------------------------
+
+
+def fresh(fn):
+    """A wrapper with its own code object, so Dynamo keeps one cache entry per
+    backend and no backend pays for another's guards."""
+    def call(*args):
+        return fn(*args)
+
+    code = call.__code__.replace(co_name=f"call_{id(call):x}")
+    return types.FunctionType(code, call.__globals__, code.co_name, None, call.__closure__)
+
+
+class Timer:
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+        self.flush_buf = torch.empty(256 << 20, dtype=torch.int8, device=device) if self.cuda else None
+
+    def once(self, fn, args, flush: bool) -> float:
+        """Milliseconds for one call."""
+        if not self.cuda:
+            t = time.perf_counter()
+            fn(*args)
+            return (time.perf_counter() - t) * 1e3
+        if flush:
+            self.flush_buf.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(*args)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+
+def copy_bandwidth(device) -> float:
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read and written."""
+    if device.type != "cuda":
+        return float("nan")
+    n = 1 << 28
+    a, b = torch.empty(n, device=device), torch.empty(n, device=device)
+    a.normal_()
+    times = []
+    for _ in range(12):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        b.copy_(a)
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return 2 * a.nbytes / (statistics.median(times[2:]) / 1e3)
+
+
+def floor_bytes(args, out) -> int:
+    """Bytes a call must move: every input read once, every output written once."""
+    def tensors(x):
+        if isinstance(x, torch.Tensor):
+            yield x
+        elif isinstance(x, (list, tuple)):
+            for y in x:
+                yield from tensors(y)
+
+    return sum(t.numel() * t.element_size() for t in tensors(list(args))) + sum(
+        t.numel() * t.element_size() for t in tensors(out))
+
+
+def model_param_bytes(fn) -> int:
+    m = getattr(fn, "parameters", None)
+    return sum(p.numel() * p.element_size() for p in m()) if m else 0
+
+
+def profile_launches(fn, args, device, calls=3):
+    """(launches per call, distinct kernels, {kernel: device us per call}) from torch.profiler."""
+    if device.type != "cuda":
+        return None, None, {}
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn(*args)
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+              and not e.name.startswith(("Memcpy", "Memset"))]
+    us: dict = {}
+    for e in events:
+        us[e.name] = us.get(e.name, 0.0) + e.time_range.elapsed_us() / calls
+    return len(events) / calls, len(us), {k: round(v, 2) for k, v in us.items()}
+
+
+def loop_us(fn, args, timer: Timer, n=200) -> float:
+    """Wall time per call of back-to-back calls: the host cost when the GPU keeps up."""
+    timer.sync()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn(*args)
+    timer.sync()
+    return (time.perf_counter() - t) / n * 1e6
+
+
+def measure(w: Workload, device, timer: Timer, bw: float, quick: bool, smoke: bool) -> dict:
+    torch.manual_seed(0)
+    fn, args = w.make()
+    grad_ctx = torch.enable_grad if w.train else torch.no_grad
+    row = {"name": w.name}
+    backends = {"eager": fn}
+    torch._dynamo.reset()
+    with grad_ctx():
+        for name, backend in (("ours", "fusion"), ("inductor", "inductor")):
+            if smoke and name == "inductor":
+                continue
+            compiled = torch.compile(fresh(fn), backend=backend)
+            if name == "ours":
+                cap_ctx = compiler.capture()
+                cap = cap_ctx.__enter__()
+            t = time.perf_counter()
+            out = compiled(*args)
+            timer.sync()
+            row[f"compile_s_{name}"] = time.perf_counter() - t
+            if name == "ours":
+                cap_ctx.__exit__(None, None, None)
+                row["our_kernels"] = [k.name for k in cap.kernels]
+                row["our_externs"] = len(cap.externs) + len(cap.fallbacks)
+                row["graphs"] = len(cap.graphs)
+                row["graph_breaks"] = cap.graph_breaks
+                row["compile_s_ours_graphs"] = sum(g.compile_time_s for g in cap.graphs)  # ours, without Dynamo/AOT
+            backends[name] = compiled
+        small = floor_bytes(args, out) + model_param_bytes(fn) < FLUSH_MIN_BYTES
+        if small and device.type == "cuda":  # the launch-bound cases: also ours replayed as a CUDA graph
+            with compiler.config.patch(cuda_graphs=True):
+                backends["ours_cudagraph"] = torch.compile(fresh(fn), backend="fusion")
+                backends["ours_cudagraph"](*args)
+        ref = fn(*args)
+        outs = {k: f(*args) for k, f in backends.items()}
+        row["max_abs_err_ours"] = _max_err(outs["ours"], ref)
+        if "inductor" in outs:
+            row["max_abs_err_inductor"] = _max_err(outs["inductor"], ref)
+        nbytes = floor_bytes(args, ref) + model_param_bytes(fn)
+        row["floor_bytes"] = nbytes
+        flush = nbytes >= FLUSH_MIN_BYTES
+        for f in backends.values():  # warm-up
+            for _ in range(3):
+                f(*args)
+        timer.sync()
+        est = {k: timer.once(f, args, flush) for k, f in backends.items()}
+        budget_ms = 150 if quick else 400
+        rounds = int(min(200, max(10, budget_ms / max(sum(est.values()), 1e-3))))
+        if smoke:
+            rounds = 3
+        samples = {k: [] for k in backends}
+        for _ in range(rounds):  # interleaved, so clock drift hits all alike
+            for k, f in backends.items():
+                samples[k].append(timer.once(f, args, flush))
+        for k, v in samples.items():
+            row[f"ms_{k}"] = statistics.median(v)
+            launches, kernels, us = profile_launches(backends[k], args, device)
+            row[f"launches_{k}"], row[f"kernels_{k}"] = launches, kernels
+            if k == "ours":
+                row["kernel_us_ours"] = us
+            if small:
+                row[f"loop_us_{k}"] = loop_us(backends[k], args, timer)
+        row["our_configs"] = {n: triton_build.CHOSEN.get(n) for n in row.get("our_kernels", [])}
+    row["rounds"] = rounds
+    row["flushed"] = flush
+    row["x_eager"] = row["ms_eager"] / row["ms_ours"]
+    if "ms_inductor" in row:
+        row["x_inductor"] = row["ms_inductor"] / row["ms_ours"]
+    if w.memory_bound and bw == bw:
+        floor_ms = nbytes / bw * 1e3
+        row["floor_ms"] = floor_ms
+        row["floor_frac_ours"] = floor_ms / row["ms_ours"]
+        if "ms_inductor" in row:
+            row["floor_frac_inductor"] = floor_ms / row["ms_inductor"]
+    return row
+
+
+def _max_err(a, b) -> float:
+    if isinstance(a, (tuple, list)):
+        return max((_max_err(x, y) for x, y in zip(a, b)), default=0.0)
+    if not isinstance(a, torch.Tensor):
+        return 0.0
+    return (a.float() - b.float()).abs().max().item() if a.numel() else 0.0
+
+
+# -- reporting ----------------------------------------------------------------------------
+
+
+COLUMNS = [
+    ("workload", lambda r: r["name"]),
+    ("eager ms", lambda r: f"{r['ms_eager']:.4f}"),
+    ("ours ms", lambda r: f"{r['ms_ours']:.4f}"),
+    ("inductor ms", lambda r: _fmt(r.get("ms_inductor"), ".4f")),
+    ("eager/ours", lambda r: f"{r['x_eager']:.2f}"),
+    ("inductor/ours", lambda r: _fmt(r.get("x_inductor"), ".2f")),
+    ("floor ours", lambda r: _fmt(r.get("floor_frac_ours"), ".0%")),
+    ("floor ind.", lambda r: _fmt(r.get("floor_frac_inductor"), ".0%")),
+    ("kernels e/o/i", lambda r: "/".join(_fmt(r.get(f"kernels_{k}"), "d") for k in ("eager", "ours", "inductor"))),
+    ("launches e/o/i", lambda r: "/".join(_fmt(r.get(f"launches_{k}"), "g") for k in ("eager", "ours", "inductor"))),
+    ("compile s o/i", lambda r: f"{r['compile_s_ours']:.2f}/{_fmt(r.get('compile_s_inductor'), '.2f')}"),
+    ("loop us e/o/i/cg", lambda r: "/".join(_fmt(r.get(f"loop_us_{k}"), ".1f") for k in ("eager", "ours", "inductor", "ours_cudagraph"))),
+]
+
+
+def _fmt(v, spec):
+    if v is None or (isinstance(v, float) and v != v):
+        return "-"
+    return format(int(v) if spec == "d" else v, spec)
+
+
+def summary(rows) -> dict:
+    ratios = [r["x_inductor"] for r in rows if "x_inductor" in r]
+    comp = [r["compile_s_ours"] / r["compile_s_inductor"] for r in rows if r.get("compile_s_inductor")]
+    return {
+        "geomean_inductor_over_ours": math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None,
+        "geomean_eager_over_ours": math.exp(sum(math.log(r["x_eager"]) for r in rows) / len(rows)) if rows else None,
+        "geomean_compile_ours_over_inductor": math.exp(sum(map(math.log, comp)) / len(comp)) if comp else None,
+    }
+
+
+def markdown(rows, env: dict, summ: dict) -> str:
+    head = "| " + " | ".join(c for c, _ in COLUMNS) + " |"
+    sep = "|" + "---|" * len(COLUMNS)
+    lines = [f"# GPU benchmark: eager / ours (fusion) / TorchInductor", "",
+             *(f"- {k}: {v}" for k, v in env.items()), "", head, sep]
+    lines += ["| " + " | ".join(f(r) for _, f in COLUMNS) + " |" for r in rows]
+    lines += ["", *(f"- {k}: {_fmt(v, '.3f')}" for k, v in summ.items())]
+    return "\n".join(lines) + "\n"
+
+
+def environment(device, bw) -> dict:
+    import platform
+
+    env = {"command": " ".join([sys.executable] + sys.argv), "python": platform.python_version(),
+           "torch": torch.__version__, "device": str(device)}
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except ImportError:
+        env["triton"] = None
+    if device.type == "cuda":
+        env["device_name"] = torch.cuda.get_device_name(device)
+        env["copy_bandwidth_GBps"] = round(bw / 1e9, 1)
+    return env
+
+
+def main(args):
+    device = torch.device("cpu" if args.smoke or not torch.cuda.is_available() else "cuda")
+    if device.type != "cuda" and not args.smoke:
+        sys.exit("no CUDA device: run with --smoke to check the script on CPU")
+    timer = Timer(device)
+    bw = copy_bandwidth(device)
+    env = environment(device, bw)
+    print(" ".join(f"{k}={v}" for k, v in env.items()), flush=True)
+    # one-time process costs (imports, Inductor's compile workers) stay out of the cold compile times
+    warm = torch.ones(8, device=device)
+    for backend in ("fusion", "inductor")[: 1 if args.smoke else 2]:
+        torch.compile(fresh(lambda x: (x * 3).cos()), backend=backend)(warm)
+    only = [o.strip() for o in args.only.split(",") if o.strip()]
+    rows, md = [], ""
+    for w in workloads(device, args.smoke):
+        if only and not any(w.name.startswith(o) for o in only):
+            continue
+        try:
+            row = measure(w, device, timer, bw, args.quick, args.smoke)
+        except Exception as e:  # one broken workload must not hide the others
+            import traceback
+
+            traceback.print_exc()
+            row = {"name": w.name, "error": f"{type(e).__name__}: {e}"}
+            print(f"{w.name}: FAILED {row['error'][:300]}", flush=True)
+            rows.append(row)
+            write(args.out, rows, env)
+            continue
+        rows.append(row)
+        print(" | ".join(f(row) for _, f in COLUMNS), flush=True)
+        md = write(args.out, rows, env)  # after every workload: a run cut short keeps what it measured
+    print()
+    print(md)
+
+
+def write(out: str, rows: list, env: dict) -> str:
+    ok = [r for r in rows if "error" not in r]
+    summ = summary(ok)
+    md = markdown(ok, env, summ)
+    failed = [r for r in rows if "error" in r]
+    if failed:
+        md += "\nFailed:\n" + "".join(f"- {r['name']}: {r['error'][:500]}\n" for r in failed)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        f.write(md)
+    with open(os.path.splitext(out)[0] + ".json", "w") as f:
+        json.dump({"environment": env, "rows": rows, "summary": summ}, f, indent=1, default=str)
+    return md
+
+
+if __name__ == "__main__":
+    main(ARGS)

@@ -1,0 +1,31 @@
+"""The Triton target: render a kernel module, build (compile, tune) it, and
+launch it with one call per kernel: `name.run(*tensors)`."""
+from __future__ import annotations
+
+import ast
+
+from ..runtime import triton_build
+from . import triton
+
+render = triton.render
+
+
+def meta_of(source: str) -> dict:
+    """The META dict a rendered module carries (launch configs, argument specs)."""
+    for line in source.splitlines():
+        if line.startswith("META = "):
+            return ast.literal_eval(line[len("META = "):])
+    raise ValueError("not a rendered Triton kernel module: no META line")
+
+
+def build(name: str, source: str, kernel):
+    return triton_build.build(name, source, meta_of(source))
+
+
+def launch_code(kernel, arg_names) -> str:
+    return f"{kernel.name}.run({', '.join(arg_names)})"
+
+
+def wait(launchers) -> None:
+    """Called once a graph's kernels are all submitted: finish compiling them."""
+    triton_build.wait(launchers)

@@ -1,0 +1,341 @@
+"""Build and launch Triton kernels.
+
+The kernel module is written to the cache (content hash) and imported. On a GPU
+every launch configuration is compiled ahead of the first call, in a thread pool
+so that a graph's kernels compile together; when there are several, the fastest
+is picked once per shape and machine (timed on scratch inputs) and remembered in
+the cache. The launcher calls the compiled kernel's own launcher with the grid and
+constants bound in advance: per call it only reads the stream and, for graph
+inputs (which may be views at any address), checks 16-byte alignment.
+
+CPU tensors run under Triton's interpreter (TRITON_INTERPRET), which CI uses to
+check the Triton codegen without a GPU."""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import importlib.util
+import json
+import os
+import sys
+import threading
+
+import torch
+
+from ..errors import KernelCompileError
+from . import cuda_launcher
+from .cache import cache_dir, content_hash, valid_entry, write_entry
+
+_modules: dict = {}
+_lock = threading.Lock()
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+DTYPES = {str(d).replace("torch.", ""): d for d in (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+    torch.int16, torch.int8, torch.uint8, torch.bool)}
+
+
+def _executor() -> concurrent.futures.ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="fusion-triton")
+    return _pool
+
+
+def interpreting(device_type: str) -> bool:
+    return device_type != "cuda" or os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@contextlib.contextmanager
+def _interpret(on: bool):
+    """triton.jit makes an interpreted function while this knob is set."""
+    if not on:
+        yield
+        return
+    from triton import knobs
+
+    old = knobs.runtime.interpret
+    knobs.runtime.interpret = True
+    try:
+        yield
+    finally:
+        knobs.runtime.interpret = old
+
+
+def load_module(name: str, source: str, interpret: bool):
+    """(module, source path, whether the source was in the cache)."""
+    key = content_hash(source)
+    path = cache_dir() / "triton" / key[:2] / f"{key}_{name}.py"
+    hit = valid_entry(path)
+    if not hit:
+        write_entry(path, source.encode())
+    with _lock:
+        mod = _modules.get((key, interpret))
+        if mod is None:
+            modname = f"fusion_triton_{key}{'_interp' if interpret else ''}"
+            spec = importlib.util.spec_from_file_location(modname, path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[modname] = mod
+            with _interpret(interpret):
+                spec.loader.exec_module(mod)
+            if interpret:
+                mod.libdevice = InterpretedLibdevice()
+            _modules[(key, interpret)] = mod
+    return mod, path, hit
+
+
+class InterpretedLibdevice:
+    """libdevice for the interpreter, which has none: apply the torch function
+    of the same name to the block's data."""
+
+    TORCH = {"nearbyint": "round"}
+
+    def __getattr__(self, name):
+        import numpy as np
+        import triton.language as tl
+        from triton.runtime.interpreter import TensorHandle
+
+        fn = getattr(torch, self.TORCH.get(name, name))
+
+        def call(*args):
+            ref = next(a for a in args if isinstance(a, tl.tensor))
+            vals = [torch.from_numpy(np.asarray(a.handle.data)) if isinstance(a, tl.tensor) else a for a in args]
+            out = np.asarray(fn(*vals).numpy())
+            scalar = tl.int1 if out.dtype == np.bool_ else ref.dtype.scalar
+            ty = tl.block_type(scalar, list(out.shape)) if out.ndim else scalar
+            return tl.tensor(TensorHandle(out, scalar), ty)
+
+        return call
+
+
+# -- launchers ------------------------------------------------------------------------------
+
+
+class TritonLauncher:
+    """What the wrapper calls: `name.run(*tensors)`. Until the kernel is
+    compiled, `run` waits for it and then replaces itself with the fast path."""
+
+    def __init__(self, name: str, resolve):
+        self.name = name
+        self._resolve = resolve
+
+    def run(self, *args):
+        self.wait()
+        return self.run(*args)
+
+    def wait(self):
+        if "run" not in self.__dict__:
+            self.run = self._resolve()
+
+
+def _constexprs(cfg: dict) -> dict:
+    return {k: cfg[k] for k in ("XBLOCK", "RBLOCK") if k in cfg}
+
+
+def _grid(meta: dict, cfg: dict) -> int:
+    return -(-meta["xnumel"] // cfg["XBLOCK"])
+
+
+def _jit_launcher(fn, meta, cfg, interpret: bool):
+    """The plain Triton launch (the interpreter; misaligned inputs on a GPU)."""
+    grid = (_grid(meta, cfg),)
+    consts = _constexprs(cfg)
+    opts = {} if interpret else dict(num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 1))
+
+    def launch(*args):
+        fn[grid](*args, **consts, **opts)
+
+    return launch
+
+
+def _fast_launcher(ck, meta, cfg, slow, device_index: int, use_c: bool):
+    """A launcher specialized to one compiled kernel, generated as source so
+    the grid and constants are literals: our C launcher (`use_c`, where the
+    kernel fits it), else Triton's own."""
+    n = len(meta["args"])
+    params = [f"a{i}" for i in range(n)]
+    lines = [f"def launch({', '.join(params)}):"]
+    checked = [i for i, a in enumerate(meta["args"]) if a["check_align"]]
+    for i in checked:
+        lines.append(f"    p{i} = a{i}.data_ptr()")
+    if checked:
+        lines.append(f"    if ({' | '.join(f'p{i}' for i in checked)}) & 15:")
+        lines.append(f"        return slow({', '.join(params)})")
+    ptrs = ", ".join(f"p{i}" if i in checked else f"a{i}" for i in range(n))
+    grid = _grid(meta, cfg)
+    c = cuda_launcher.load()
+    md = ck.metadata
+    if use_c and _c_fits(ck):
+        threads = md.num_warps * getattr(md, "warp_size", 32)
+        lines.append(f"    c_launch(function, {grid}, {threads}, {md.shared}, stream({device_index}), {ptrs})")
+    else:
+        consts = ", ".join(str(v) for v in _constexprs(cfg).values())
+        lines.append(f"    run({grid}, 1, 1, stream({device_index}), function, packed, None, None, None, {ptrs}, {consts})")
+    ns = dict(run=ck.run, function=ck.function, packed=ck.packed_metadata, slow=slow,
+              c_launch=c.launch if c is not None else None, stream=torch._C._cuda_getCurrentRawStream)
+    exec(compile("\n".join(lines) + "\n", f"<launcher {ck.name}>", "exec"), ns)
+    return ns["launch"]
+
+
+# kernel needs that only Triton's launcher provides
+_C_UNSUPPORTED = ("global_scratch_size", "profile_scratch_size", "launch_cooperative_grid", "launch_pdl")
+
+
+def _c_fits(ck) -> bool:
+    md = ck.metadata
+    return (cuda_launcher.load() is not None and _c_checked.get("ok", True)
+            and all(not getattr(md, f, 0) for f in _C_UNSUPPORTED) and getattr(md, "num_ctas", 1) == 1)
+
+
+# whether the C launcher gave the same results as Triton's on the first kernel
+_c_checked: dict = {}
+
+
+def _check_c_launcher(c_launch, triton_launch, meta, device) -> bool:
+    """Run one kernel through both launchers on the same random inputs: the C
+    launcher is used only if every output matches bit for bit."""
+    a = _scratch_args(meta, device)
+    b = [t.clone() for t in a]
+    c_launch(*a)
+    triton_launch(*b)
+    torch.cuda.synchronize()
+    ok = all(torch.equal(x.view(torch.uint8), y.view(torch.uint8)) for x, y in zip(a, b))
+    if not ok:
+        print("pytest-fusion: the C launcher disagreed with Triton's; using Triton's", file=sys.stderr)
+    return ok
+
+
+# -- compiling and choosing a configuration ------------------------------------------------------
+
+
+def _scratch_args(meta, device):
+    """Inputs to launch a kernel on while tuning or checking it: big enough for
+    every index it uses, random floats, zero integers (indirect loads stay in bounds)."""
+    out = []
+    for a in meta["args"]:
+        dt = DTYPES[a["dtype"]]
+        if dt.is_floating_point:
+            out.append(torch.randn(a["extent"], device=device, dtype=dt))
+        else:
+            out.append(torch.zeros(a["extent"], device=device, dtype=dt))
+    return out
+
+
+def _prepare(fn):
+    """Make Triton's lazily built driver and the kernel's binder here, once,
+    rather than racing for them in the compile threads."""
+    from triton.runtime import driver
+
+    device = driver.active.get_current_device()
+    caches = getattr(fn, "device_caches", None)
+    if caches is not None:
+        caches[device]
+
+
+def _compile_one(fn, meta, cfg):
+    """Compile one configuration without launching it. Dtypes stand for the
+    tensors (Triton mocks them, 16-byte aligned: the fast path's assumption)."""
+    dtypes = [DTYPES[a["dtype"]] for a in meta["args"]]
+    return fn.warmup(*dtypes, grid=(1,), num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 1), **_constexprs(cfg))
+
+
+def _tune_path(path, device) -> "os.PathLike":
+    import triton
+
+    machine = content_hash(torch.cuda.get_device_name(device), triton.__version__)[:12]
+    return path.with_name(path.stem + f".{machine}.tune.json")
+
+
+def _time(launch, args, reps_ms: float = 2.0) -> float:
+    launch(*args)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    launch(*args)
+    end.record()
+    end.synchronize()
+    once = max(start.elapsed_time(end), 1e-3)
+    n = max(3, min(100, int(reps_ms / once)))
+    start.record()
+    for _ in range(n):
+        launch(*args)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / n
+
+
+# kernel name -> the configuration and launcher it runs with (for reports and benchmarks)
+CHOSEN: dict[str, dict] = {}
+
+
+def _resolve(name, fn, meta, configs, futures, device, path, tune_path):
+    """Collect the compiled configurations, pick the fastest: (config, launcher, kind)."""
+    compiled = []
+    for cfg, fut in zip(configs, futures):
+        try:
+            ck = fut.result()
+        except Exception:
+            try:  # a compile that failed in a worker thread gets one more try here
+                ck = _compile_one(fn, meta, cfg)
+            except Exception as e:
+                raise KernelCompileError(name, f"{type(e).__name__}: {e}", path) from e
+        ck._init_handles()
+        compiled.append((cfg, ck))
+    index = device.index or 0
+    if "ok" not in _c_checked and _c_fits(compiled[0][1]):
+        cfg, ck = compiled[0]
+        slow = _jit_launcher(fn, meta, cfg, False)
+        _c_checked["ok"] = _check_c_launcher(_fast_launcher(ck, meta, cfg, slow, index, True),
+                                             _fast_launcher(ck, meta, cfg, slow, index, False), meta, device)
+    launchers = [(cfg, _fast_launcher(ck, meta, cfg, _jit_launcher(fn, meta, cfg, False), index, True))
+                 for cfg, ck in compiled]
+    how = "c" if _c_fits(compiled[0][1]) else "triton"
+    if len(launchers) == 1:
+        return launchers[0][0], launchers[0][1], how
+    args = _scratch_args(meta, device)
+    timed = sorted((_time(launch, args), i) for i, (cfg, launch) in enumerate(launchers))
+    best_cfg, best = launchers[timed[0][1]]
+    write_entry(tune_path, json.dumps(best_cfg).encode())
+    return best_cfg, best, how
+
+
+def build(name: str, source: str, meta: dict):
+    """(launcher, source path, cache hit) for one kernel module."""
+    interpret = interpreting(meta["device"])
+    mod, path, hit = load_module(name, source, interpret)
+    fn = getattr(mod, name)
+    configs = meta["configs"]
+    if interpret:
+        launch = _jit_launcher(fn, meta, configs[0], True)
+        launcher = TritonLauncher(name, lambda: launch)
+        launcher.wait()
+        return launcher, path, hit
+    device = torch.device("cuda", torch.cuda.current_device())
+    tune_path = _tune_path(path, device)
+    chosen = None
+    if len(configs) > 1 and valid_entry(tune_path):
+        chosen = json.loads(tune_path.read_text())
+        configs = [chosen]
+    hit = hit and (len(meta["configs"]) == 1 or chosen is not None)
+    _prepare(fn)
+    futures = [_executor().submit(_compile_one, fn, meta, cfg) for cfg in configs]
+
+    def resolve():
+        try:
+            cfg, launch, how = _resolve(name, fn, meta, configs, futures, device, path, tune_path)
+        except KernelCompileError:
+            raise
+        except Exception as e:  # our fast path broke on this Triton: its own launch is correct
+            print(f"pytest-fusion: {name}: plain Triton launch ({type(e).__name__}: {str(e)[:300]})", file=sys.stderr)
+            cfg, launch, how = configs[0], _jit_launcher(fn, meta, configs[0], False), "jit"
+        CHOSEN[name] = dict(cfg, launcher=how)
+        return launch
+
+    return TritonLauncher(name, resolve), path, hit
+
+
+def wait(launchers) -> None:
+    """Finish compiling (and tuning) every kernel of a graph."""
+    for launcher in launchers:
+        if isinstance(launcher, TritonLauncher):
+            launcher.wait()

@@ -1,0 +1,375 @@
+"""The `fusion` fixture, and the per-test state behind it.
+
+Every call of something compiled here (fusion.run, fusion.compile, and
+torch.compile inside a test with a fusion marker) runs inside compiler.capture(),
+so the test's records are exactly what its calls compiled. The first call of
+each compiled function is kept (its inputs cloned) and measured: at once by
+fusion.run, after the test body otherwise.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import statistics
+import time
+import zlib
+
+import pytest
+import torch
+import torch.utils._pytree as pytree
+
+import compiler
+
+from . import markers
+from .machine import resolve_device
+from .measure import MeasureError, Measurement, Target, measure, nvml, peak_bandwidth_gbps
+from .settings import Settings
+
+REAL_COMPILE = torch.compile
+STATE = pytest.StashKey["Fusion"]()
+SETTINGS = pytest.StashKey[Settings]()
+TIMING_SKIP = pytest.StashKey["str | None"]()  # set per session: why timing is untrustworthy here
+
+# (rtol, atol) of the comparison with eager, before --fusion-tolerance-scale
+TOLERANCES = {
+    torch.float64: (1e-7, 1e-7),
+    torch.float32: (1e-4, 1e-5),
+    torch.float16: (1e-2, 1e-3),
+    torch.bfloat16: (5e-2, 1e-2),
+    torch.complex64: (1e-4, 1e-5),
+    torch.complex128: (1e-7, 1e-7),
+}
+
+
+def _clone(tree):
+    """Copies of the tensors in `tree`, aliasing kept, parameters shared (module state)."""
+    memo: dict[int, torch.Tensor] = {}
+
+    def one(x):
+        if not isinstance(x, torch.Tensor) or isinstance(x, torch.nn.Parameter):
+            return x
+        if id(x) not in memo:
+            memo[id(x)] = x.detach().clone().requires_grad_(x.requires_grad)
+        return memo[id(x)]
+
+    return pytree.tree_map(one, tree)
+
+
+class _Compiled:
+    """One compiled callable of the test: what to call and what it replaces."""
+
+    def __init__(self, name: str, compiled, eager):
+        self.name = name
+        self.compiled = compiled
+        self.eager = eager
+        self.target: Target | None = None  # its first call
+        self.measured = False
+
+
+class Fusion:
+    """The `fusion` fixture. Inputs on `device`, `compile`, `run`, and what the test's
+    compiled calls produced: `graphs`, `kernels`, `externs`, `fallbacks`,
+    `graph_breaks`, `records` (measurements) and `metrics`."""
+
+    def __init__(self, item, settings: Settings, device: torch.device, timing_skip: str | None):
+        self.nodeid = item.nodeid
+        self.trace_dir = _trace_dir(item.config)
+        self.settings = settings
+        self.device = device
+        self.backend = settings.backend
+        self.gates = markers.gates_of(item)
+        self.timing_off = "--fusion-no-perf" if settings.no_perf else None
+        self.timing_skip = timing_skip
+        self.graphs: list[compiler.GraphRecord] = []
+        self.graph_break_reasons: list[str] = []
+        self.records: list[Measurement] = []
+        self.error: str | None = None  # a failure to measure
+        self.verdict = None
+        self.final_metrics: dict | None = None  # metrics as the gates saw them
+        self._compiled: list[_Compiled] = []
+        self._inductor_kernels = 0
+        self._inductor_bytes = 0
+        self._depth = 0
+        self._closed = False
+
+    # -- inputs on the device (random data: never zeros) -------------------------------
+    def randn(self, *size, dtype=None, requires_grad=False) -> torch.Tensor:
+        return torch.randn(*size, dtype=dtype, device=self.device, requires_grad=requires_grad)
+
+    def rand(self, *size, dtype=None, requires_grad=False) -> torch.Tensor:
+        return torch.rand(*size, dtype=dtype, device=self.device, requires_grad=requires_grad)
+
+    def randint(self, low, high, size, dtype=torch.int64) -> torch.Tensor:
+        return torch.randint(low, high, tuple(size), dtype=dtype, device=self.device)
+
+    def randn_like(self, t: torch.Tensor) -> torch.Tensor:
+        return torch.randn(t.shape, dtype=t.dtype, device=self.device)
+
+    def ones(self, *size, dtype=None) -> torch.Tensor:
+        return torch.ones(*size, dtype=dtype, device=self.device)
+
+    def tensor(self, data, dtype=None) -> torch.Tensor:
+        return torch.tensor(data, dtype=dtype, device=self.device)
+
+    # -- compiling ---------------------------------------------------------------------------
+    def compile(self, fn):
+        """`fn` compiled with the session's backend (dynamic=False); its calls are recorded
+        and its first call is measured after the test."""
+        return self._wrap(REAL_COMPILE(fn, backend=self.backend, dynamic=False), fn)
+
+    def run(self, fn, *args, check: bool = True, rtol: float | None = None, atol: float | None = None):
+        """Compile `fn`, call it on `args`, compare with eager on the same inputs, measure.
+        Returns the compiled output."""
+        handle = self._handle(REAL_COMPILE(fn, backend=self.backend, dynamic=False), fn)
+        expected = fn(*_clone(args)) if check else None
+        out = self._call(handle, args, {})
+        if check:
+            self._compare(out, expected, rtol, atol)
+        self._measure(handle)
+        return out
+
+    def _route(self, model, kwargs: dict):
+        """torch.compile(model, **kwargs) inside a marked test: our backend, static shapes."""
+        kwargs = dict(kwargs, backend=self.backend, dynamic=False)
+        if self.backend == "fusion":
+            kwargs.pop("mode", None)
+            kwargs.pop("options", None)
+        compiled = REAL_COMPILE(model, **kwargs)
+        return compiled if kwargs.get("disable") else self._wrap(compiled, model)
+
+    def _handle(self, compiled, eager) -> _Compiled:
+        name = getattr(eager, "__qualname__", None) or type(eager).__name__
+        handle = _Compiled(name, compiled, eager)
+        self._compiled.append(handle)
+        return handle
+
+    def _wrap(self, compiled, eager):
+        if isinstance(compiled, torch.nn.Module):  # OptimizedModule: record through its forward
+            handle = self._handle(compiled.forward, compiled._orig_mod)
+            compiled.forward = functools.wraps(handle.compiled)(lambda *a, **k: self._call(handle, a, k))
+            return compiled
+        handle = self._handle(compiled, eager)
+
+        @functools.wraps(compiled)
+        def recorded(*args, **kwargs):
+            return self._call(handle, args, kwargs)
+
+        return recorded
+
+    def _call(self, handle: _Compiled, args, kwargs):
+        if self._depth or self._closed:  # nested in a recorded call, or after the test
+            return handle.compiled(*args, **kwargs)
+        first = handle.target is None
+        snapshot = _clone((args, kwargs)) if first else None
+        grad = torch.is_grad_enabled()
+        before = self._inductor_counts()
+        self._depth += 1
+        start = time.perf_counter()
+        cap = None
+        try:
+            with compiler.capture() as cap, self._inductor_profiling():
+                out = handle.compiled(*args, **kwargs)
+        finally:
+            self._depth -= 1
+            if cap is not None:  # records of a call that raised are kept too
+                self.graphs += cap.graphs
+                self.graph_break_reasons += cap.graph_break_reasons
+        elapsed = time.perf_counter() - start
+        after = self._inductor_counts()
+        self._inductor_kernels += after[0] - before[0]
+        self._inductor_bytes += after[1] - before[1]
+        if first:
+            handle.target = Target(handle.name, self.backend, handle.compiled, handle.eager, snapshot[0], snapshot[1], grad, elapsed)
+        return out
+
+    def _inductor_counts(self) -> tuple[int, int]:
+        if self.backend != "inductor":
+            return (0, 0)
+        from torch._inductor import metrics
+
+        return (metrics.generated_kernel_count, metrics.num_bytes_accessed)
+
+    def _inductor_profiling(self):
+        """TorchInductor's C++ kernels show in the profiler only with kernel profiling on."""
+        if self.backend != "inductor" or self.device.type != "cpu":
+            return contextlib.nullcontext()
+        from torch._inductor import config
+
+        return config.patch({"cpp.enable_kernel_profile": True})
+
+    def _compare(self, out, expected, rtol, atol):
+        got, spec = pytree.tree_flatten(out)
+        want, want_spec = pytree.tree_flatten(expected)
+        if spec != want_spec:
+            raise AssertionError(f"fusion.run: compiled output has structure {spec}, eager {want_spec}")
+        scale = self.settings.tolerance_scale
+        for i, (g, w) in enumerate(zip(got, want)):
+            if isinstance(w, torch.Tensor) and w.dtype in TOLERANCES:
+                r, a = TOLERANCES[w.dtype]
+                r, a = (r * scale if rtol is None else rtol), (a * scale if atol is None else atol)
+            else:
+                r, a = (0.0, 0.0) if rtol is None and atol is None else (rtol or 0.0, atol or 0.0)
+            try:
+                torch.testing.assert_close(g, w, rtol=r, atol=a, equal_nan=True)
+            except AssertionError as e:
+                where = f"output {i}" if len(got) > 1 else "output"
+                raise AssertionError(f"fusion.run: compiled {where} differs from eager (rtol={r:g}, atol={a:g}):\n{e}") from None
+
+    # -- measuring -------------------------------------------------------------------------
+    def _timing(self) -> bool:
+        return self.timing_off is None and self.timing_skip is None
+
+    def _measure(self, handle: _Compiled) -> None:
+        if handle.target is None or handle.measured:
+            return
+        handle.measured = True
+        t = handle.target
+        reference = None
+        wants = self.gates.get("min_speedup", {}).get("over") == "inductor"
+        if self._timing() and wants and self.backend == "fusion":
+            ref = REAL_COMPILE(t.eager, backend="inductor", dynamic=False)
+            start = time.perf_counter()
+            t.call(ref)()
+            reference = (ref, time.perf_counter() - start)
+        try:
+            self.records.append(measure(
+                t, self.device, rounds=self.settings.rounds, warmup=self.settings.warmup,
+                timing=self._timing(), nvml_seconds=self.settings.nvml_seconds, reference=reference,
+                trace_to=self._trace_to(len(self.records)),
+            ))
+        except MeasureError as e:
+            self.error = str(e)
+            raise
+
+    def _trace_to(self, index: int):
+        """label -> trace file, when --fusion-trace-dir asks for traces (report layer)."""
+        if self.trace_dir is None:
+            return None
+        from .report.traces import trace_path
+
+        suffix = f"-{index}" if index else ""
+        return lambda label: trace_path(self.trace_dir, self.nodeid, label + suffix)
+
+    def measure_pending(self) -> None:
+        for handle in self._compiled:
+            self._measure(handle)
+
+    def close(self) -> None:
+        self._closed = True
+
+    # -- what the test compiled -------------------------------------------------------------
+    @property
+    def kernels(self) -> list[compiler.KernelRecord]:
+        return [k for g in self.graphs for k in g.kernels]
+
+    @property
+    def externs(self) -> list[compiler.CallRecord]:
+        return [c for g in self.graphs for c in g.externs]
+
+    @property
+    def fallbacks(self) -> list[compiler.CallRecord]:
+        return [c for g in self.graphs for c in g.fallbacks]
+
+    @property
+    def graph_breaks(self) -> int:
+        return len(self.graph_break_reasons)
+
+    @property
+    def metrics(self) -> dict:
+        """The test's figures, in the report schema's "metrics" shape."""
+        ours = self.backend
+        m: dict = {"graph_breaks": self.graph_breaks, "graph_break_reasons": list(self.graph_break_reasons)}
+        if ours == "fusion":
+            m["kernels"], m["externs"], m["fallbacks"] = len(self.kernels), len(self.externs), len(self.fallbacks)
+            m["fallback_ops"] = [f"{c.op} ({c.reason})" if c.reason else c.op for c in self.fallbacks]
+            m["bytes_read"] = sum(g.bytes_read for g in self.graphs)
+            m["bytes_written"] = sum(g.bytes_written for g in self.graphs)
+            m["bytes_total"] = m["bytes_read"] + m["bytes_written"]
+        else:
+            m["kernels"], m["externs"], m["fallbacks"] = self._inductor_kernels, None, None
+            m["bytes_read"] = m["bytes_written"] = None
+            m["bytes_total"] = self._inductor_bytes or None
+        recs = self.records
+        m["launches"] = sum(r.launches for r in recs) if recs else None
+        m["launch_names"] = [n for r in recs for n in r.launch_names]
+        m["graph_launches"] = sum(r.graph_launches for r in recs)
+        peaks = [r.peak_memory_bytes for r in recs if r.peak_memory_bytes is not None]
+        m["peak_memory_bytes"] = max(peaks) if peaks else None
+        timed = [r for r in recs if r.times_ms]
+        keys = set.intersection(*(set(r.times_ms) for r in timed)) if timed else set()
+        # several measured calls: a round of the test is one round of each call
+        m["times_ms"] = {k: [sum(xs) for xs in zip(*(r.times_ms[k] for r in timed))] for k in sorted(keys)}
+        m["median_ms"] = {k: statistics.median(v) for k, v in m["times_ms"].items()}
+        med = m["median_ms"]
+        m["speedup"] = {k: med[k] / med[ours] for k in ("eager", "inductor") if k in med and k != ours and med[ours] > 0}
+        m["compile_s"] = {}
+        for r in recs:
+            for k, v in r.compile_s.items():
+                m["compile_s"][k] = m["compile_s"].get(k, 0.0) + v
+        m["bandwidth"] = None
+        if med.get(ours) and m["bytes_total"]:
+            m["bandwidth"] = {
+                "achieved_gbps": m["bytes_total"] / (med[ours] * 1e-3) / 1e9,
+                "peak_gbps": peak_bandwidth_gbps(self.device),
+            }
+        m["nvml"] = next((r.nvml for r in recs if r.nvml), None)
+        return m
+
+
+def _trace_dir(config) -> str | None:
+    try:
+        from .report.hooks import trace_dir
+    except ImportError:  # the report layer is optional
+        return None
+    return trace_dir(config)
+
+
+def create(item) -> Fusion:
+    """The test's Fusion state (once per test): device, settings, fresh Dynamo caches."""
+    state = item.stash.get(STATE, None)
+    if state is not None:
+        return state
+    from .settings import for_item
+
+    settings = for_item(item.config.stash[SETTINGS], item)
+    worker = getattr(item.config, "workerinput", {}).get("workerid", "gw0")
+    device = resolve_device(settings.device, int(worker[2:]) if worker[2:].isdigit() else 0)
+    if device is None:
+        pytest.skip(f"fusion device {settings.device!r} asked for, but this machine has no CUDA device")
+    timing_skip = item.config.stash.get(TIMING_SKIP, None)
+    if device.type == "cuda" and not settings.no_perf and timing_skip is None:
+        try:
+            nvml.check(device)
+        except nvml.NvmlError as e:
+            raise MeasureError(f"pytest-fusion: {e}") from None
+    # a function compiled by an earlier test would hit Dynamo's cache and record nothing
+    torch._dynamo.reset()
+    torch.manual_seed(zlib.crc32(item.nodeid.encode()))
+    state = Fusion(item, settings, device, timing_skip)
+    item.stash[STATE] = state
+    return state
+
+
+@contextlib.contextmanager
+def routing(state: Fusion):
+    """torch.compile inside the block compiles with the test's backend and is recorded."""
+
+    @functools.wraps(REAL_COMPILE)
+    def compile(model=None, **kwargs):
+        if model is None:
+            return lambda m: compile(m, **kwargs)
+        return state._route(model, kwargs)
+
+    torch.compile = compile
+    try:
+        yield
+    finally:
+        torch.compile = REAL_COMPILE
+
+
+@pytest.fixture
+def fusion(request) -> Fusion:
+    """Compile with pytest-fusion's compiler, compare with eager, measure; see Fusion."""
+    state = create(request.node)
+    yield state
+    state.close()

@@ -1,0 +1,56 @@
+"""Sizes and times: parsing marker arguments and printing measurements."""
+from __future__ import annotations
+
+import re
+
+# exact, case-sensitive units: "KB" is 1000 bytes, "KiB" 1024; "kb" or "XB" is an error
+SIZE_UNITS = {
+    "B": 1,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]+)\s*$")
+
+
+def parse_size(value) -> int:
+    """A byte count from an int (bytes) or a string such as "80 MB" or "1.5 GiB"."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"a size is an int of bytes or a string like '80 MB', not {type(value).__name__} {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"a size cannot be negative: {value}")
+        return value
+    m = _SIZE.match(value)
+    if not m:
+        raise ValueError(f"cannot read {value!r} as a size: write a number and a unit, like '80 MB'")
+    number, unit = m.groups()
+    if unit not in SIZE_UNITS:
+        raise ValueError(f"unknown size unit {unit!r} in {value!r} (units: {', '.join(SIZE_UNITS)})")
+    return round(float(number) * SIZE_UNITS[unit])
+
+
+def format_size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
+
+
+def format_ms(ms: float | None) -> str:
+    if ms is None:
+        return "-"
+    if ms >= 1000:
+        return f"{ms / 1000:.3g} s"
+    if ms >= 1:
+        return f"{ms:.3g} ms"
+    if ms >= 1e-3:
+        return f"{ms * 1e3:.3g} us"
+    return f"{ms * 1e6:.3g} ns"
+
+
+def plural(n: int, word: str) -> str:
+    if n == 1:
+        return f"{n} {word}"
+    return f"{n} {word}" + ("es" if word.endswith(("ch", "sh", "s", "x")) else "s")

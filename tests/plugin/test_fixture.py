@@ -1,0 +1,205 @@
+"""The `fusion` fixture: inputs, run (checked against eager), compile, records,
+and torch.compile routing in marked tests."""
+from __future__ import annotations
+
+from conftest import fusion_results
+
+
+def test_inputs_records_and_metrics(run):
+    result = run("""
+import torch
+
+def test_case(fusion):
+    x = fusion.randn(8, 33)
+    assert x.device == fusion.device and x.dtype == torch.float32 and x.abs().sum() > 0
+    assert fusion.rand(5, dtype=torch.float64).dtype == torch.float64
+    i = fusion.randint(0, 7, (100,))
+    assert i.dtype == torch.int64 and 0 <= int(i.min()) and int(i.max()) < 7
+    assert fusion.randn_like(fusion.ones(3, dtype=torch.float16)).dtype == torch.float16
+    assert fusion.tensor([1.0, 2.0]).device == fusion.device
+    out = fusion.run(lambda x: (x.relu() + 1).sum(-1), x)
+    assert out.shape == (8,)
+    assert [k.name for k in fusion.kernels] == ["cpp_red_fused_add_relu_sum_0"]
+    assert fusion.kernels[0].aten_ops == ["relu", "add", "sum"]
+    assert len(fusion.graphs) == 1 and fusion.externs == [] and fusion.fallbacks == []
+    assert fusion.graph_breaks == 0
+    (rec,) = fusion.records
+    assert rec.launches == 1 and rec.launch_names == ["cpp_red_fused_add_relu_sum_0"]
+    assert len(rec.times_ms["eager"]) == len(rec.times_ms["fusion"]) == 2
+    m = fusion.metrics
+    assert m["kernels"] == 1 and m["launches"] == 1 and m["bytes_read"] == 8 * 33 * 4
+""")
+    result.assert_outcomes(passed=1)
+    (res,) = fusion_results(result).values()
+    assert set(res) == {"nodeid", "outcome", "duration_s", "message", "gates", "graphs", "metrics", "baseline"}
+    m = res["metrics"]
+    for key in ("kernels", "externs", "fallbacks", "graph_breaks", "graph_break_reasons", "launches", "launch_names",
+                "bytes_read", "bytes_written", "peak_memory_bytes", "times_ms", "median_ms", "speedup", "compile_s",
+                "bandwidth", "nvml"):
+        assert key in m, key
+    assert m["bytes_written"] == 8 * 4 and m["peak_memory_bytes"] == 8 * 4
+    assert m["bandwidth"]["achieved_gbps"] > 0 and m["bandwidth"]["peak_gbps"] > 0
+    assert m["compile_s"]["fusion"] > 0 and m["nvml"] is None
+    (g,) = res["graphs"]
+    assert g["kernels"][0]["aten_ops"] == ["relu", "add", "sum"] and "void cpp_red_fused_add_relu_sum_0" in g["kernels"][0]["source"]
+
+
+def test_run_compares_with_eager(run):
+    result = run("""
+import torch
+
+def test_differs(fusion):
+    fusion.run(lambda x: x + torch.rand_like(x), fusion.randn(100))
+
+def test_unchecked(fusion):
+    fusion.run(lambda x: x + torch.rand_like(x), fusion.randn(100), check=False)
+""")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["E * AssertionError: fusion.run: compiled output differs from eager (rtol=0.0001, atol=1e-05):"])
+
+
+def test_compile_is_recorded_and_measured_after_the_test(run):
+    result = run("""
+import pytest
+
+@pytest.mark.expect_kernels(1)
+@pytest.mark.expect_launches(1)
+def test_case(fusion):
+    f = fusion.compile(lambda x: x.sigmoid() * x)
+    x = fusion.randn(64)
+    f(x)
+    f(x)  # called again: recorded once, measured once
+    assert len(fusion.graphs) == 1 and fusion.records == []  # measured after the body
+""")
+    result.assert_outcomes(passed=1)
+    (res,) = fusion_results(result).values()
+    assert res["metrics"]["launches"] == 1 and len(res["metrics"]["times_ms"]["fusion"]) == 2
+
+
+def test_torch_compile_is_routed_in_marked_tests(run):
+    result = run("""
+import pytest, torch
+from pytest_fusion.fixture import REAL_COMPILE
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)) * 2 + 1
+
+@pytest.mark.expect_kernels(1, extern=1)
+@pytest.mark.expect_launches(2)
+def test_module():
+    m = torch.compile(Block(), mode="max-autotune")  # inductor's mode: dropped for ours
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), m._orig_mod(x))
+
+@pytest.mark.expect_kernels(1, extern=1)
+def test_module_compile_method():
+    m = Block()
+    m.compile()
+    with torch.no_grad():
+        m(torch.randn(4, 8))
+
+@pytest.mark.expect_kernels(3)
+@pytest.mark.expect_graph_breaks(1)
+def test_decorator_with_a_graph_break():
+    @torch.compile(backend="eager")  # any backend: ours is used
+    def toy(a, b):
+        x = a / (torch.abs(a) + 1)
+        if b.sum() < 0:
+            b = b * -1
+        return x * b
+    toy(torch.randn(10), torch.randn(10))
+
+def test_not_routed_without_a_marker():
+    assert torch.compile is REAL_COMPILE
+
+@pytest.mark.expect_kernels(0)
+def test_routed_only_while_the_test_runs():
+    assert torch.compile is not REAL_COMPILE
+""")
+    result.assert_outcomes(passed=5)
+    res = fusion_results(result)
+    assert res["test_it.py::test_module"]["metrics"]["launch_names"] == ["aten::addmm", "cpp_poi_fused_add_mul_relu_0"]
+    assert res["test_it.py::test_decorator_with_a_graph_break"]["metrics"]["graph_break_reasons"]
+    assert "test_it.py::test_not_routed_without_a_marker" not in res
+
+
+def test_failing_body_keeps_records_and_section(run):
+    result = run("""
+import pytest
+
+@pytest.mark.expect_kernels(1)
+def test_case(fusion):
+    fusion.run(lambda x: x.cos() * 3, fusion.randn(20))
+    assert False, "the test's own assertion"
+""")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*the test's own assertion*", "*Captured fusion call*", "  cpp_poi_fused_cos_mul_0: *"])
+    (res,) = fusion_results(result).values()
+    assert res["outcome"] == "failed" and res["metrics"]["kernels"] == 1 and res["graphs"]
+    assert res["gates"][0]["passed"] is None and "not evaluated" in res["gates"][0]["message"]
+
+
+def test_measurement_failure_is_a_clear_error(run):
+    # the measured call must run what the test compiled: this function recompiles
+    # on every call (Dynamo guards on the counter), which the measurement refuses
+    result = run("""
+import pytest
+
+calls = [0]
+
+def bump(x):
+    calls[0] += 1
+    return x * calls[0]
+
+@pytest.mark.expect_launches(1)
+def test_case(fusion):
+    f = fusion.compile(bump)
+    f(fusion.randn(4))
+""")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["pytest-fusion could not measure: bump recompiled when called again*"])
+    assert "INTERNALERROR" not in result.stdout.str()
+    (res,) = fusion_results(result).values()
+    assert res["outcome"] == "error"
+
+
+def test_summary_table_and_junit_properties(run, pytester):
+    result = run("""
+import pytest
+
+@pytest.mark.expect_kernels(1)
+def test_one(fusion):
+    fusion.run(lambda x: x * 2, fusion.randn(10))
+
+@pytest.mark.expect_kernels(2)
+def test_two(fusion):
+    fusion.run(lambda x: x * 2, fusion.randn(10))
+""", "--junitxml=junit.xml")
+    result.stdout.fnmatch_lines([
+        "*= pytest-fusion =*",
+        "test * kernels  launches  bytes * speedup  verdict",
+        "test_it.py::test_one * 1 * 1 * 80 B *x eager  passed",
+        "test_it.py::test_two * 1 * 1 * 80 B *x eager  failed",
+    ])
+    xml = (pytester.path / "junit.xml").read_text()
+    for prop in ('name="fusion_kernels" value="1"', 'name="fusion_launches" value="1"',
+                 'name="fusion_bytes" value="80"', 'name="fusion_speedup_eager"', 'name="fusion_verdict" value="failed"'):
+        assert prop in xml, prop
+
+
+def test_result_survives_serialization(run, pytester):
+    result = run("""
+def test_case(fusion):
+    fusion.run(lambda x: x.exp(), fusion.randn(10))
+""")
+    (report,) = [r for r in result.reprec.getreports("pytest_runtest_logreport") if getattr(r, "fusion_result", None)]
+    config = pytester.parseconfigure()
+    data = config.hook.pytest_report_to_serializable(config=config, report=report)
+    back = config.hook.pytest_report_from_serializable(config=config, data=data)
+    assert back.fusion_result == report.fusion_result and back.fusion_result["metrics"]["kernels"] == 1

@@ -1,0 +1,164 @@
+"""Every marker passing and failing, marker scope (module, class, pytest.param)
+and registration."""
+from __future__ import annotations
+
+import pytest
+from conftest import fusion_results
+
+# one fused pointwise kernel: x -> ((x + 1) * 2).sin(), 1001 float32 in, 1001 out
+SIN = "lambda x: ((x + 1) * 2).sin()"
+# two kernels: the column sums cannot join the row sums' kernel
+TWO = "lambda x: x.sin().sum(-1) + x.cos().sum(0).sum()"
+
+
+def one(marker: str, body: str = f"fusion.run({SIN}, fusion.randn(1001))") -> str:
+    return f"""
+import pytest, torch
+
+@pytest.mark.{marker}
+def test_case(fusion):
+    {body}
+"""
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        "expect_kernels(1)",
+        "expect_kernels(1, extern=0, fallback=0)",
+        "expect_launches(1)",
+        "max_launches(1)",
+        "max_memory_traffic('8008 B')",  # 1001 float32 read + written
+        "max_memory_traffic(8008)",
+        "max_memory_traffic('8.008 KB')",
+        "min_speedup(0.0001)",
+        "expect_graph_breaks(0)",
+        "max_peak_memory('4004 B')",  # the output, nothing else
+    ],
+)
+def test_marker_passes(run, marker):
+    result = run(one(marker))
+    result.assert_outcomes(passed=1)
+    (res,) = fusion_results(result).values()
+    assert res["outcome"] == "passed" and res["message"] == ""
+    assert all(g["passed"] for g in res["gates"]), res["gates"]
+
+
+@pytest.mark.parametrize(
+    "marker, line",
+    [
+        ("expect_kernels(2)", "expected 2 kernels, generated 1 (-1)"),
+        ("expect_kernels(1, extern=1)", "expect_kernels.extern: expected 1 extern call, made 0 (-1)"),
+        ("expect_kernels(1, fallback=2)", "expect_kernels.fallback: expected 2 fallbacks, made 0 (-2)"),
+        ("expect_launches(3)", "expected 3 launches per call, measured 1 (-2)"),
+        ("max_launches(0)", "expected at most 0 launches per call, measured 1 (+1)"),
+        ("max_memory_traffic('8 KB')", "expected at most 8 KB of memory traffic per call, moved 8.01 KB (+0.1%)"),
+        ("min_speedup(1e6)", "expected at least 1e+06x over eager, measured"),
+        ("expect_graph_breaks(1)", "expected 1 graph break, Dynamo made 0 (-1)"),
+        ("max_peak_memory(100)", "expected at most 100 B peak memory per call, measured 4 KB (+3904%)"),
+    ],
+)
+def test_marker_fails_with_one_line_reason(run, marker, line):
+    result = run(one(marker))
+    result.assert_outcomes(failed=1)
+    # the failure's first line, and the short summary (cut to the terminal's width)
+    result.stdout.fnmatch_lines([f"{line}*", "FAILED test_it.py::test_case - Failed: *"])
+    (res,) = fusion_results(result).values()
+    assert res["outcome"] == "failed" and res["message"].startswith(line)
+    assert [g["passed"] for g in res["gates"]].count(False) == 1
+
+
+def test_failure_section_shows_kernels_ops_and_split_reason(run):
+    result = run(one("expect_kernels(1)", f"fusion.run({TWO}, fusion.randn(16, 33))"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "expected 1 kernel, generated 4 (+3)",
+        "*Captured fusion call*",
+        "gates:",
+        "  FAIL expect_kernels: expected 1 kernel, generated 4 (+3)",
+        "graph * (inference, cpu): 6 ATen ops -> 4 kernels, 0 externs, 0 fallbacks, compiled in *",
+        "  cpp_red_fused_sin_sum_0: reduction, 16x33, fuses sin, sum (*",
+        "  cpp_red_fused_cos_sum_1: reduction, *",
+        "    not fused with the kernel before: *",
+        "launches per call: 4: cpp_red_fused_sin_sum_0, cpp_red_fused_cos_sum_1, *",
+        "bytes per call: *",
+        "median time per call: eager *, fusion *",
+    ])
+
+
+def test_graph_break_failure_names_the_reason(run):
+    src = """
+import pytest, torch
+
+def toy(a, b):
+    x = a / (torch.abs(a) + 1)
+    if b.sum() < 0:
+        b = b * -1
+    return x * b
+
+@pytest.mark.expect_graph_breaks(0)
+def test_case(fusion):
+    fusion.run(toy, fusion.randn(10), fusion.randn(10))
+"""
+    result = run(src)
+    result.assert_outcomes(failed=1)
+    (res,) = fusion_results(result).values()
+    assert res["message"].startswith("expected 0 graph breaks, Dynamo made 1 (+1): "), res["message"]
+
+
+def test_module_and_class_markers_closest_wins(run):
+    src = f"""
+import pytest
+
+pytestmark = pytest.mark.expect_kernels(5)
+
+def test_module_level(fusion):
+    fusion.run({SIN}, fusion.randn(1001))
+
+@pytest.mark.expect_kernels(1)
+class TestClass:
+    def test_class_level(self, fusion):
+        fusion.run({SIN}, fusion.randn(1001))
+
+    @pytest.mark.expect_kernels(4)
+    def test_function_level(self, fusion):
+        fusion.run({TWO}, fusion.randn(16, 33))
+"""
+    result = run(src)
+    result.assert_outcomes(passed=2, failed=1)
+    res = fusion_results(result)
+    assert res["test_it.py::test_module_level"]["message"] == "expected 5 kernels, generated 1 (-4)"
+
+
+def test_parametrize_marks(run):
+    src = f"""
+import pytest
+
+@pytest.mark.parametrize("fn, n", [
+    pytest.param({SIN}, 1, marks=pytest.mark.expect_kernels(1), id="one"),
+    pytest.param({TWO}, 4, marks=pytest.mark.expect_kernels(1), id="four"),
+    pytest.param({SIN}, 1, id="unmarked"),
+])
+def test_case(fusion, fn, n):
+    fusion.run(fn, fusion.randn(16, 33))
+"""
+    result = run(src)
+    result.assert_outcomes(passed=2, failed=1)
+    res = fusion_results(result)
+    assert res["test_it.py::test_case[four]"]["message"] == "expected 1 kernel, generated 4 (+3)"
+    assert res["test_it.py::test_case[unmarked]"]["gates"] == []
+
+
+def test_several_failures_in_one_line(run):
+    result = run(one("expect_kernels(2)\n@pytest.mark.expect_launches(2)"))
+    result.stdout.fnmatch_lines(["expected 2 kernels, generated 1 (-1); expected 2 launches per call, measured 1 (-1)"])
+
+
+def test_markers_registered_and_strict(pytester):
+    result = pytester.runpytest("--markers")
+    for name in ("expect_kernels(n, *, extern=None, fallback=None)", "expect_launches(n)", "max_launches(n)",
+                 "max_memory_traffic(size)", "min_speedup(x, *, over='eager', device=None)",
+                 "expect_graph_breaks(n)", "max_peak_memory(size)", "fusion_options("):
+        result.stdout.fnmatch_lines([f"@pytest.mark.{name}*"])
+    pytester.makepyfile("import pytest\n@pytest.mark.expect_kernels(0)\ndef test_x():\n    pass\n")
+    pytester.runpytest("--strict-markers", "-p", "no:cacheprovider").assert_outcomes(passed=1)

@@ -1,0 +1,39 @@
+"""The report options and xdist: one report from all workers."""
+import json
+
+import pytest
+
+
+def test_default_path_json_beside_html_and_terminal_lines(tiny_run):
+    out = tiny_run["proc"].stdout
+    assert f"HTML: {tiny_run['html']}" in out and f"JSON: {tiny_run['json']}" in out
+
+
+def test_json_alone_writes_no_html(tmp_path, run_pytest, write_tiny):
+    write_tiny(tmp_path)
+    proc = run_pytest(tmp_path, "--fusion-json=r.json", "-k", "sin_chain")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert json.loads((tmp_path / "r.json").read_text())["tests"][0]["outcome"] == "passed"
+    assert not (tmp_path / "reports").exists()
+
+
+def test_no_option_writes_nothing(tmp_path, run_pytest, write_tiny):
+    write_tiny(tmp_path)
+    proc = run_pytest(tmp_path, "-k", "plain")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "fusion report" not in proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pytest.ini", "test_tiny.py"]
+
+
+@pytest.mark.slow
+def test_xdist_workers_make_one_report(tmp_path, run_pytest, write_tiny, tiny_run):
+    pytest.importorskip("xdist")
+    write_tiny(tmp_path)
+    proc = run_pytest(tmp_path, "-n", "2", "--fusion-report", "--fusion-report-path=x/report.html")
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    doc = json.loads((tmp_path / "x" / "report.json").read_text())
+    assert sorted(t["nodeid"] for t in doc["tests"]) == sorted(t["nodeid"] for t in tiny_run["doc"]["tests"])
+    by_id = {t["nodeid"]: t for t in doc["tests"]}
+    assert by_id[tiny_run["failing"]]["outcome"] == "failed"
+    assert by_id[tiny_run["failing"]]["graphs"][0]["kernels"], "graphs must travel from the worker"
+    assert (tmp_path / "x" / "report.html").exists()
