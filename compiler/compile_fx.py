@@ -93,7 +93,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str = "inferen
     ns.update(launchers)
     exec(compile(wrapper_src, f"<fusion wrapper graph {gid}>", "exec"), ns)
     call = ns["call"]
-    externs, fallbacks = _calls(sched)
+    externs, fallbacks = _calls(sched, buffers)
     record = GraphRecord(
         graph_id=gid,
         kind=kind,
@@ -119,17 +119,40 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str = "inferen
     return call
 
 
-def _calls(sched):
+def _calls(sched, buffers):
+    """Records of the extern and fallback calls, with the bytes their tensor
+    arguments and results span (a stride-0 dimension is read once)."""
+    results: dict[str, int] = {}
+    for b in buffers.values():
+        if isinstance(b, ir.MultiOutput):
+            results[b.parent.name] = results.get(b.parent.name, 0) + b.nbytes
     externs, fallbacks = [], []
     for step in sched.steps:
         if isinstance(step, ExternStep) and isinstance(step.buffer, ir.ExternCall):
             b = step.buffer
+            read = sum(_span(r, buffers) for r in _tensor_refs((b.args, tuple(b.kwargs.values()))))
             rec = CallRecord(
                 name=b.name, op=str(b.target), kind=b.kind, aten_node=b.origins[0] if b.origins else "",
-                reason=b.reason, bytes_written=b.nbytes,
+                reason=b.reason, bytes_read=read, bytes_written=results.get(b.name, b.nbytes if b.outputs == 1 else 0),
             )
             (externs if b.kind == "extern" else fallbacks).append(rec)
     return externs, fallbacks
+
+
+def _tensor_refs(args):
+    for a in args:
+        if isinstance(a, ir.TensorRef):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from _tensor_refs(a)
+
+
+def _span(ref: ir.TensorRef, buffers) -> int:
+    n = 1
+    for size, stride in zip(ref.size, ref.stride):
+        if stride != 0:
+            n *= size
+    return n * buffers[ref.buffer].dtype.itemsize
 
 
 def _eager(gm, gid, kind, device, aten_graph, n_aten, start, note):

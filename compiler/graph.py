@@ -47,7 +47,7 @@ class View(TensorValue):
 
     def ref(self) -> ir.TensorRef:
         b = self.buffer
-        whole = self.size == tuple(b.size) and self.stride == tuple(b.stride) and self.offset == getattr(b, "offset", 0)
+        whole = self.size == tuple(b.size) and self.stride == tuple(b.stride) and self.offset == 0
         return ir.TensorRef(b.name, self.size, self.stride, self.offset, whole)
 
 
@@ -175,6 +175,7 @@ class GraphLowering:
             dtype=ex.dtype,
             device=ex.device,
             position=position,
+            offset=ex.storage_offset(),
         )
         self.inputs.append(buf)
         self.register(buf)

@@ -208,8 +208,9 @@ def simplify_with_ranges(expr: sympy.Expr, ranges: dict) -> sympy.Expr:
 
 
 def fold_divmod(expr: sympy.Expr) -> sympy.Expr:
-    """Undo an unflatten: c*m*(a // (d*m)) + c*((a // d) % m) == c*(a // d),
-    so a loop split into (outer, inner) and read back flat compares equal."""
+    """Undo an unflatten, so a loop split into (outer, inner) and read back flat
+    compares equal:  c*m*(a // (d*m)) + c*((a // d) % m) == c*(a // d)
+    and              c*m*((a // (d*m)) % n) + c*((a // d) % m) == c*((a // d) % (m*n))."""
     expr = sympy.expand(expr)
     changed = True
     while changed and isinstance(expr, sympy.Add):
@@ -227,6 +228,31 @@ def fold_divmod(expr: sympy.Expr) -> sympy.Expr:
                 expr = sympy.expand(expr - c * f - c * mod * outer + c * FloorDiv(a, div))
                 changed = True
                 break
+            upper = next((g for g in terms if isinstance(g, ModularIndexing) and g.args[0] == a
+                          and g.args[1] == div * mod and terms[g] == c * mod), None)
+            if upper is not None:
+                expr = sympy.expand(expr - c * f - c * mod * upper + c * ModularIndexing(a, div, mod * upper.args[2]))
+                changed = True
+                break
+    return expr
+
+
+def simplify(expr, ranges: dict) -> sympy.Expr:
+    """Range-aware simplification to a fixed point (cached: kernels repeat indices)."""
+    key = tuple(sorted(((v.name, int(n)) for v, n in ranges.items()), key=lambda kv: kv[0]))
+    return _simplify(sympy.sympify(expr), key)
+
+
+@functools.lru_cache(8192)
+def _simplify(expr, key) -> sympy.Expr:
+    if not expr.has(FloorDiv, ModularIndexing):
+        return expr
+    ranges = {symbol(name): n for name, n in key}
+    for _ in range(4):
+        new = fold_divmod(simplify_with_ranges(expr, ranges))
+        if new == expr:
+            break
+        expr = new
     return expr
 
 

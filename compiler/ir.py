@@ -142,7 +142,7 @@ class InputBuffer(Buffer):
     """A graph input (placeholder). Its storage may be written by a mutation."""
 
     position: int = 0
-    offset: int = 0
+    offset: int = 0  # the tensor's storage offset (Views count from its data pointer)
 
 
 @dataclasses.dataclass(eq=False)
@@ -226,18 +226,20 @@ def describe_buffer(buf: Buffer) -> str:
     if isinstance(buf, InputBuffer):
         return f"{buf.name} = input[{buf.position}] {shape} stride={list(buf.stride)}"
     if isinstance(buf, ComputedBuffer):
-        from .index import loop_vars
+        from .index import loop_vars, simplify
 
         idx = loop_vars("i", len(buf.ranges))
+        ridx = loop_vars("r", len(buf.reduction_ranges))
+        ranges = {**dict(zip(idx, buf.ranges)), **dict(zip(ridx, buf.reduction_ranges))}
         target = f" -> {buf.store_target.name}" if buf.store_target is not None else ""
         if buf.is_reduction:
-            ridx = loop_vars("r", len(buf.reduction_ranges))
-            body = buf.body(idx, ridx)
+            body = map_indices(buf.body(idx, ridx), lambda e: simplify(e, ranges))
             return (
                 f"{buf.name} = reduction {shape}{target} {buf.reduction_type} over "
                 f"{list(buf.reduction_ranges)} for {list(buf.ranges)}: {body!r}"
             )
-        return f"{buf.name} = pointwise {shape}{target} over {list(buf.ranges)}: {buf.body(idx)!r}"
+        body = map_indices(buf.body(idx), lambda e: simplify(e, ranges))
+        return f"{buf.name} = pointwise {shape}{target} over {list(buf.ranges)}: {body!r}"
     if isinstance(buf, ExternCall):
         return f"{buf.name} = {buf.kind} {buf.target}({', '.join(_arg_str(a) for a in buf.args)}) {shape}"
     if isinstance(buf, MultiOutput):

@@ -24,7 +24,7 @@ import sympy
 
 from . import ir
 from .config import config
-from .index import fold_divmod, loop_vars, merge_loops, symbol
+from .index import fold_divmod, loop_vars, merge_loops, simplify, symbol
 
 
 @dataclasses.dataclass(eq=False)
@@ -39,13 +39,14 @@ class Node:
     iexprs: list = dataclasses.field(default_factory=list)
     rexprs: list = dataclasses.field(default_factory=list)
 
-    def evaluate(self, ivars, rvars):
-        """The body with the merged loops' variables bound to `ivars`/`rvars`."""
+    def evaluate(self, ivars, rvars, ranges: dict):
+        """The body with the merged loops' variables bound to `ivars`/`rvars`
+        (expressions of variables that run over `ranges`)."""
         sub = dict(zip(loop_vars("i", len(self.sizes)), ivars))
         sub.update(zip(loop_vars("r", len(self.rsizes)), rvars))
         iv = [sympy.sympify(e).xreplace(sub) for e in self.iexprs]
         rv = [sympy.sympify(e).xreplace(sub) for e in self.rexprs]
-        return (self.buffer.body(iv, rv) if self.is_reduction else self.buffer.body(iv)), _store_index(self.buffer, iv)
+        return _evaluate(self.buffer, iv, rv, ranges)
 
     @property
     def name(self):
@@ -126,16 +127,24 @@ X, R = symbol("x0"), symbol("r0")
 def make_node(buf: ir.ComputedBuffer) -> Node:
     iv = loop_vars("i", len(buf.ranges))
     rv = loop_vars("r", len(buf.reduction_ranges))
-    value = buf.body(iv, rv) if buf.is_reduction else buf.body(iv)
-    store = _store_index(buf, iv)
+    ranges = {**dict(zip(iv, buf.ranges)), **dict(zip(rv, buf.reduction_ranges))}
+    value, store = _evaluate(buf, iv, rv, ranges)
     indices = [store] + _all_indices(value)
     sizes, sub_i = merge_loops(list(buf.ranges), indices, iv)
     rsizes, sub_r = merge_loops(list(buf.reduction_ranges), indices, rv)
     new_iv = [sub_i[v] for v in iv]
     new_rv = [sub_r[v] for v in rv]
-    value = buf.body(new_iv, new_rv) if buf.is_reduction else buf.body(new_iv)
-    store = _store_index(buf, new_iv)
+    merged = {**dict(zip(loop_vars("i", len(sizes)), sizes)), **dict(zip(loop_vars("r", len(rsizes)), rsizes))}
+    value, store = _evaluate(buf, new_iv, new_rv, merged)
     return Node(buf, sizes, rsizes, value, store, _reads(value), new_iv, new_rv)
+
+
+def _evaluate(buf: ir.ComputedBuffer, iv, rv, ranges: dict):
+    """(value, store index) of a buffer at loop variables iv/rv, indices simplified
+    with the variables' ranges (views of views leave div/mod to fold away)."""
+    value = buf.body(iv, rv) if buf.is_reduction else buf.body(iv)
+    value = ir.map_indices(value, lambda e: simplify(e, ranges))
+    return value, simplify(_store_index(buf, iv), ranges)
 
 
 def _store_index(buf: ir.ComputedBuffer, index) -> sympy.Expr:
@@ -201,7 +210,7 @@ def place(node: Node, xnumel: int, rnumel: int) -> Member | None:
     kv = _kernel_vars(node, role, rnumel)
     if kv is None:
         return None
-    value, store = node.evaluate(*kv)
+    value, store = node.evaluate(*kv, {X: xnumel, R: max(rnumel, 1)})
     return Member(node, role, value, sympy.expand(store), _reads(value))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import statistics
 import time
 import zlib
@@ -21,7 +22,7 @@ import torch.utils._pytree as pytree
 import compiler
 
 from . import markers
-from .machine import resolve_device
+from .machine import resolve_device, worker_index
 from .measure import MeasureError, Measurement, Target, measure, nvml, peak_bandwidth_gbps
 from .settings import Settings
 
@@ -189,13 +190,27 @@ class Fusion:
 
         return (metrics.generated_kernel_count, metrics.num_bytes_accessed)
 
+    @contextlib.contextmanager
     def _inductor_profiling(self):
-        """TorchInductor's C++ kernels show in the profiler only with kernel profiling on."""
-        if self.backend != "inductor" or self.device.type != "cpu":
-            return contextlib.nullcontext()
+        """TorchInductor counts bytes only while its metrics log is on (kept silent
+        here), and its C++ kernels show in the profiler only with kernel profiling on."""
+        if self.backend != "inductor":
+            yield
+            return
         from torch._inductor import config
 
-        return config.patch({"cpp.enable_kernel_profile": True})
+        log = logging.getLogger("torch._inductor.compile_fx.__inductor_metrics")
+        saved, quiet = (log.level, log.propagate), logging.NullHandler()
+        log.setLevel(logging.INFO)
+        log.propagate = False
+        log.addHandler(quiet)
+        try:
+            with config.patch({"cpp.enable_kernel_profile": True}) if self.device.type == "cpu" else contextlib.nullcontext():
+                yield
+        finally:
+            log.removeHandler(quiet)
+            log.setLevel(saved[0])
+            log.propagate = saved[1]
 
     def _compare(self, out, expected, rtol, atol):
         got, spec = pytree.tree_flatten(out)
@@ -332,8 +347,7 @@ def create(item) -> Fusion:
     from .settings import for_item
 
     settings = for_item(item.config.stash[SETTINGS], item)
-    worker = getattr(item.config, "workerinput", {}).get("workerid", "gw0")
-    device = resolve_device(settings.device, int(worker[2:]) if worker[2:].isdigit() else 0)
+    device = resolve_device(settings.device, worker_index(item.config))
     if device is None:
         pytest.skip(f"fusion device {settings.device!r} asked for, but this machine has no CUDA device")
     timing_skip = item.config.stash.get(TIMING_SKIP, None)
@@ -341,7 +355,7 @@ def create(item) -> Fusion:
         try:
             nvml.check(device)
         except nvml.NvmlError as e:
-            raise MeasureError(f"pytest-fusion: {e}") from None
+            pytest.fail(f"pytest-fusion: {e}", pytrace=False)
     # a function compiled by an earlier test would hit Dynamo's cache and record nothing
     torch._dynamo.reset()
     torch.manual_seed(zlib.crc32(item.nodeid.encode()))

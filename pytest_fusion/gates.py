@@ -108,7 +108,7 @@ def evaluate(spec: dict[str, dict], metrics: dict, ctx: Context) -> Verdict:
         elif name == "max_memory_traffic":
             total = metrics.get("bytes_total")
             if total is None:
-                gates.append(_unmeasured(name, args["bytes"], "TorchInductor reports no byte count for these kernels"))
+                gates.append(_unmeasured(name, args["bytes"], "TorchInductor reported no byte count (it counts the graphs it compiles, not those from its FX graph cache)"))
             else:
                 gates.append(_at_most(name, args["bytes"], total, format_size, " of memory traffic per call", "moved"))
         elif name == "expect_graph_breaks":

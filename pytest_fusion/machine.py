@@ -10,6 +10,12 @@ import socket
 import torch
 
 
+def worker_index(config) -> int:
+    """This process's pytest-xdist worker number (gw3 -> 3); 0 without xdist."""
+    worker = getattr(config, "workerinput", {}).get("workerid", "gw0")
+    return int(worker[2:]) if worker[2:].isdigit() else 0
+
+
 def resolve_device(requested: str, worker_index: int = 0) -> torch.device | None:
     """torch.device for "auto" | "cpu" | "cuda"; None when cuda is asked for and absent.
     Under xdist, worker i uses GPU i (modulo the count)."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import inspect
 
-
 from .units import parse_size
 
 
@@ -138,6 +137,8 @@ def problems(item) -> list[str]:
                 _normalize(mark)
             except MarkerError as e:
                 out.append(f"{item.nodeid}: @pytest.mark.{name}{_call_repr(mark)}: {e}")
+            except Exception as e:  # an argument too odd to compare (a tensor, say)
+                out.append(f"{item.nodeid}: @pytest.mark.{name}{_call_repr(mark)}: {type(e).__name__}: {e}")
     return out
 
 

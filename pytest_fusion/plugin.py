@@ -11,7 +11,10 @@ import torch
 
 from . import gates, markers, results, settings
 from .fixture import SETTINGS, STATE, TIMING_SKIP, create, fusion, routing  # noqa: F401  (fusion: the fixture)
+from .machine import resolve_device, worker_index
 from .measure import MeasureError
+from .measure.profile import warm_up
+from .units import plural
 
 USAGE_ERROR = pytest.StashKey[str]()
 _warned_timing = [False]
@@ -30,9 +33,9 @@ def _timing_skip(config, s: settings.Settings) -> str | None:
     if s.device != "cpu" and torch.cuda.is_available():
         gpus = torch.cuda.device_count()
         if gpus >= n:
-            torch.cuda.set_device(int(workerinput["workerid"][2:]) % gpus)  # one worker per GPU
+            torch.cuda.set_device(worker_index(config) % gpus)  # one worker per GPU
             return None
-        return f"timing under xdist needs one GPU per worker: {n} workers, {gpus} GPUs"
+        return f"timing under xdist needs one GPU per worker: {n} workers, {plural(gpus, 'GPU')}"
     return f"timing under xdist on the CPU: {n} workers share its cores"
 
 
@@ -63,6 +66,19 @@ def pytest_collection_modifyitems(session, config, items):
 def pytest_runtest_setup(item):
     if USAGE_ERROR in item.stash:
         pytest.fail(f"usage error: {item.stash[USAGE_ERROR]}", pytrace=False)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    """The first profiler session of a process costs seconds on CUDA: pay it before
+    the first test, when this process will measure something on a GPU."""
+    if session.config.option.collectonly:
+        return
+    if not any(_uses_fusion(i) or any(i.get_closest_marker(n) for n in markers.GATES) for i in session.items):
+        return
+    device = resolve_device(session.config.stash[SETTINGS].device, worker_index(session.config))
+    if device is not None and device.type == "cuda":
+        warm_up(device)
 
 
 def _uses_fusion(item) -> bool:

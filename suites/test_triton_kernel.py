@@ -33,8 +33,10 @@ def _interpreted(on: bool):
     try:
         yield
     finally:
-        if on and old is None:
-            del os.environ["TRITON_INTERPRET"]
+        if old is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = old
 
 
 # the seed's kernel, as written there

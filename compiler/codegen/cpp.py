@@ -154,6 +154,9 @@ def cexpr(e: sympy.Expr) -> str:
 def _const(value, dtype) -> str:
     if dtype == torch.bool:
         return "true" if value else "false"
+    if dtype == torch.bfloat16:  # stored as its bits (uint16_t), as ATen rounds it
+        bits = torch.tensor(float(value), dtype=torch.bfloat16).view(torch.int16).item() & 0xFFFF
+        return f"((uint16_t){bits:#06x})"
     if dtype.is_floating_point:
         if math.isnan(value):
             return "std::numeric_limits<float>::quiet_NaN()" if dtype != torch.float64 else "std::numeric_limits<double>::quiet_NaN()"
@@ -205,7 +208,7 @@ UNARY_C = {
     "ceil": lambda a, t: f"std::ceil({a})",
     "trunc": lambda a, t: f"std::trunc({a})",
     "round": lambda a, t: f"std::nearbyint({a})",
-    "sign": lambda a, t: f"({a} > 0 ? {_const(1, t)} : ({a} < 0 ? {_const(-1, t)} : {a}))",
+    "sign": lambda a, t: f"({a} > 0 ? {_const(1, t)} : ({a} < 0 ? {_const(-1, t)} : {_const(0, t)}))",  # sign(nan) == 0, as ATen
     "relu": lambda a, t: f"({a} < {_const(0, t)} ? {_const(0, t)} : {a})",
     "bitwise_not": lambda a, t: f"(~{a})",
     "logical_not": lambda a, t: f"(!{a})",

@@ -12,20 +12,30 @@ render = cpp.render
 
 
 def build(name: str, source: str, kernel):
-    lib, path, hit = cpp_build.build(name, source)
-    fn = getattr(lib, name)
-    fn.restype = None
-    fn.argtypes = None  # raw ints are passed as pointers by ctypes.c_void_p below
+    """Starts the build (a cache miss compiles in the background); `wait` finishes it."""
+    lib, path, hit = cpp_build.submit(name, source)
     nargs = source.split(f"void {name}(", 1)[1].split(")", 1)[0].count("__restrict__")
-    fn.argtypes = [ctypes.c_void_p] * nargs
-    return _ranged(name, fn), path, hit
+    return _launcher(name, lib, nargs), path, hit
 
 
-def _ranged(name: str, fn):
+def wait(launchers) -> None:
+    """Called once a graph's kernels are all submitted: finish building them."""
+    for launch in launchers:
+        launch.finish()
+
+
+def _launcher(name: str, lib, nargs: int):
     """C++ kernels are invisible to torch.profiler: under it, launch inside a range
     named after the kernel (launch counts, traces); otherwise call straight through."""
     profiling = torch._C._autograd._profiler_enabled
     record = torch.profiler.record_function
+    fn = None
+
+    def finish():
+        nonlocal fn
+        fn = getattr(lib.result(), name)
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p] * nargs
 
     def launch(*args):
         if profiling():
@@ -33,6 +43,7 @@ def _ranged(name: str, fn):
                 return fn(*args)
         return fn(*args)
 
+    launch.finish = finish
     return launch
 
 

@@ -1,13 +1,16 @@
-"""Reads through an index tensor (gather, advanced indexing, embedding) and
-writes back into graph inputs (functionalized in-place ops)."""
+"""Reads through an index tensor (gather, advanced indexing, embedding), scatters
+(a reduction over the index dim) and writes back into graph inputs
+(functionalized in-place ops)."""
 from __future__ import annotations
 
+import sympy
 import torch
 
 from .. import ir
 from ..graph import Lazy, View
 from ..index import linear_index, symbol
-from .registry import Unsupported, broadcast_load, is_tensor, origins_of, out_val, register
+from . import reduction
+from .registry import Unsupported, broadcast_load, is_tensor, make_pointwise, origins_of, out_val, register, upcast
 
 aten = torch.ops.aten
 
@@ -66,6 +69,51 @@ def gather(g, node, x, dim, index_t, *, sparse_grad=False):
         return ir.load(x.buffer.name, linear_index(full, x.stride, x.offset), x.dtype, ((s, e),))
 
     return Lazy(tuple(val.shape), val.dtype, body, origins_of(g, node, index_t))
+
+
+# scatter reads every index along the scatter dim for each output element: fine
+# for the few a backward pass has (nll_loss, gather), not for long ones
+SCATTER_MAX_INDICES = 64
+
+
+@register(aten.scatter_add.default)
+def scatter_add(g, node, x, dim, index, src):
+    hits = _scatter_hits(g, node, x, dim, index, src, "sum")
+    return make_pointwise(g, node, lambda a, h: ir.op("add", a, h, dtype=a.dtype), [x, hits])
+
+
+@register(aten.scatter.value)
+def scatter_value(g, node, x, dim, index, value):
+    hit = _scatter_hits(g, node, x, dim, index, None, "any")
+    return make_pointwise(g, node, lambda h, a: ir.op("where", h, ir.const(value, a.dtype), a, dtype=a.dtype), [hit, x],
+                          compute_dtype=[torch.bool, upcast(out_val(node).dtype)])
+
+
+def _scatter_hits(g, node, x, dim, index, src, rtype):
+    """Per element of x: any index along `dim` pointing at it ("any"), or the sum
+    of the src values pointing at it ("sum"); a reduction over the index dim."""
+    dim = dim % max(x.ndim, 1)
+    if x.ndim == 0 or index.ndim != x.ndim:
+        raise Unsupported("scatter of a 0-d input, or with an index of another rank")
+    if index.size[dim] > SCATTER_MAX_INDICES:
+        raise Unsupported(f"scatter of more than {SCATTER_MAX_INDICES} indices per element")
+    cdt = torch.bool if rtype == "any" else upcast(out_val(node).dtype)
+    # off the scatter dim the index may be shorter than x: elements beyond it get nothing
+    short = [d for d in range(x.ndim) if d != dim and index.size[d] < x.size[d]]
+
+    def body(idx):
+        at = [sympy.Min(i, index.size[d] - 1) if d in short else i for d, i in enumerate(idx[:-1])]
+        at[dim] = idx[-1]
+        hit = ir.op("eq", ir.cast(index.load(at), torch.int64), ir.index_value(idx[dim]), dtype=torch.bool)
+        for d in short:
+            inside = ir.op("lt", ir.index_value(idx[d]), ir.const(index.size[d], torch.int64), dtype=torch.bool)
+            hit = ir.op("logical_and", hit, inside, dtype=torch.bool)
+        if rtype == "any":
+            return hit
+        return ir.op("where", hit, ir.cast(src.load(at), cdt), ir.const(0, cdt), dtype=cdt)
+
+    pairs = Lazy(x.size + (index.size[dim],), cdt, body, origins_of(g, node, index, *([src] if src is not None else [])))
+    return reduction.reduce(g, node, pairs, [x.ndim], rtype, out_dtype=cdt, out_size=x.size)
 
 
 @register(aten.copy_.default)

@@ -47,9 +47,9 @@ PREDICATE = {aten.isnan: "isnan", aten.isinf: "isinf", aten.signbit: "signbit", 
 
 
 def _unary(name):
-    def lower(g, node, x):
-        if name in ("round",) and len(node.args) > 1:
-            raise Unsupported("round with decimals")
+    def lower(g, node, x, **kwargs):
+        if kwargs:
+            raise Unsupported(f"{name} with {', '.join(kwargs)}")
         if name == "bitwise_not" and out_val(node).dtype == torch.bool:
             return make_pointwise(g, node, lambda a: ir.op("logical_not", a, dtype=a.dtype), [x])
         if name in ("floor", "ceil", "trunc", "round") and not out_val(node).dtype.is_floating_point:
@@ -59,8 +59,14 @@ def _unary(name):
     return lower
 
 
+# on bool, arithmetic is logic (C++ would compute true + true == 2)
+BOOL_BINARY = {"add": "logical_or", "mul": "logical_and", "maximum": "logical_or", "minimum": "logical_and"}
+
+
 def _binary(name):
     def lower(g, node, a, b, *, alpha=None):
+        if out_val(node).dtype == torch.bool and name in BOOL_BINARY:
+            return make_pointwise(g, node, _op(BOOL_BINARY[name]), [a, b])
         if alpha is not None and alpha != 1:
             return make_pointwise(g, node, lambda x, y: ir.op(name, x, ir.op("mul", y, ir.const(alpha, y.dtype), dtype=y.dtype), dtype=x.dtype), [a, b])
         return make_pointwise(g, node, _op(name), [a, b])
@@ -106,10 +112,31 @@ def div(g, node, a, b, *, rounding_mode=None):
     out = out_val(node).dtype
     if rounding_mode is None:
         return make_pointwise(g, node, _op("truediv"), [a, b])
+    if out.is_floating_point and rounding_mode == "floor":
+        return make_pointwise(g, node, _div_floor_floating, [a, b])
     if out.is_floating_point:
-        rnd = "floor" if rounding_mode == "floor" else "trunc"
-        return make_pointwise(g, node, lambda x, y: ir.op(rnd, ir.op("truediv", x, y, dtype=x.dtype), dtype=x.dtype), [a, b])
+        # ATen truncates the quotient rounded to the output dtype (matters for half types)
+        return make_pointwise(g, node, lambda x, y: ir.op("trunc", ir.cast(ir.cast(ir.op("truediv", x, y, dtype=x.dtype), out), x.dtype), dtype=x.dtype), [a, b])
     return make_pointwise(g, node, _op("floordiv" if rounding_mode == "floor" else "truncdiv"), [a, b])
+
+
+def _div_floor_floating(a, b):
+    """ATen's div_floor_floating: exact floor(a / b) even where a / b rounds up to an integer."""
+    t = a.dtype
+
+    def op(name, *xs, dtype=t):
+        return ir.op(name, *xs, dtype=dtype)
+
+    zero = ir.const(0, t)
+    mod = op("fmod", a, b)
+    div = op("truediv", op("sub", a, mod), b)
+    wrong_sign = op("logical_and", op("ne", mod, zero, dtype=torch.bool),
+                    op("ne", op("lt", b, zero, dtype=torch.bool), op("lt", mod, zero, dtype=torch.bool), dtype=torch.bool), dtype=torch.bool)
+    div = op("where", wrong_sign, op("sub", div, ir.const(1, t)), div)
+    fl = op("floor", div)
+    fl = op("where", op("gt", op("sub", div, fl), ir.const(0.5, t), dtype=torch.bool), op("add", fl, ir.const(1, t)), fl)
+    fl = op("where", op("eq", div, zero, dtype=torch.bool), op("copysign", zero, op("truediv", a, b)), fl)
+    return op("where", op("eq", b, zero, dtype=torch.bool), op("truediv", a, b), fl)
 
 
 @register(aten.floor_divide)

@@ -11,21 +11,30 @@ import torch
 from .. import ir
 from ..graph import Lazy, View
 from ..index import contiguous_strides, linear_index, unflatten
-from .registry import Unsupported, broadcast_load, is_tensor, out_val, register, upcast
+from .registry import Unsupported, is_tensor, origins_of, out_val, register, upcast
 
 aten = torch.ops.aten
 
 
-def _reindex(x, size, index_fn, origins=None):
-    """A value of `size` whose element at `index` is x at index_fn(index)."""
+def _layout(x):
+    """(stride, offset) of x in its storage: a View's own; a computed value (Lazy)
+    is laid out in the contiguous buffer its root would be realized into."""
     if isinstance(x, View):
-        raise AssertionError("use strides for Views")
-    return Lazy(size, x.dtype, lambda idx: x.load(index_fn(idx)), x.origins if origins is None else origins)
+        return x.stride, x.offset
+    base = getattr(x, "view_of", None)
+    return (base[1], base[2]) if base else (contiguous_strides(x.size), 0)
 
 
-def _strided(x: View, size, stride, offset):
-    v = View(x.buffer, size, stride, offset)
-    return v
+def _view(x, size, stride, offset, index_fn):
+    """x seen through (size, stride, offset) of its storage. On a View: a View of
+    the same buffer. On a Lazy: a Lazy reading x at index_fn(index), which keeps
+    its layout in its root for as_strided (whose offsets count from the root)."""
+    if isinstance(x, View):
+        return View(x.buffer, size, stride, offset)
+    out = Lazy(size, x.dtype, lambda idx: x.load(index_fn(idx)), x.origins)
+    root = x.view_of[0] if getattr(x, "view_of", None) else x
+    out.view_of = (root, tuple(stride), offset)
+    return out
 
 
 def _view_strides(old_size, old_stride, new_size):
@@ -55,21 +64,19 @@ def _view_strides(old_size, old_stride, new_size):
 
 
 def reshape_value(x, new_size):
+    """A view when the strides allow one, else a copy (a new Lazy reading x in order)."""
     new_size = tuple(new_size)
-    if isinstance(x, View):
-        stride = _view_strides(x.size, x.stride, new_size)
-        if stride is not None:
-            return _strided(x, new_size, stride, x.offset)
     old_size = x.size
     new_contig = contiguous_strides(new_size)
 
     def fn(idx):
-        flat = linear_index(idx, new_contig)
-        return unflatten(flat, old_size)
+        return unflatten(linear_index(idx, new_contig), old_size)
 
-    if isinstance(x, View):
-        return Lazy(new_size, x.dtype, lambda idx: x.load(fn(idx)), ())
-    return _reindex(x, new_size, fn)
+    stride, offset = _layout(x)
+    view_stride = _view_strides(x.size, stride, new_size)
+    if view_stride is not None:
+        return _view(x, new_size, view_stride, offset, fn)
+    return Lazy(new_size, x.dtype, lambda idx: x.load(fn(idx)), x.origins)
 
 
 @register(aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.view_copy.default)
@@ -85,9 +92,7 @@ def view_dtype(g, node, x, dtype):
 @register(aten.permute.default, aten.permute_copy.default)
 def permute(g, node, x, dims):
     dims = [d % x.ndim for d in dims]
-    size = tuple(x.size[d] for d in dims)
-    if isinstance(x, View):
-        return _strided(x, size, tuple(x.stride[d] for d in dims), x.offset)
+    stride, offset = _layout(x)
 
     def fn(idx):
         old = [None] * x.ndim
@@ -95,17 +100,17 @@ def permute(g, node, x, dims):
             old[d] = idx[new_pos]
         return old
 
-    return _reindex(x, size, fn)
+    return _view(x, tuple(x.size[d] for d in dims), tuple(stride[d] for d in dims), offset, fn)
 
 
 @register(aten.expand.default, aten.expand_copy.default)
 def expand(g, node, x, size, *, implicit=False):
     size = tuple(out_val(node).shape)
     lead = len(size) - x.ndim
-    if isinstance(x, View):
-        stride = [0] * lead + [0 if (x.size[k] == 1 and size[lead + k] != 1) else x.stride[k] for k in range(x.ndim)]
-        return _strided(x, size, tuple(stride), x.offset)
-    return Lazy(size, x.dtype, lambda idx: broadcast_load(x, size, idx), x.origins)
+    stride, offset = _layout(x)
+    new_stride = [0] * lead + [0 if (x.size[k] == 1 and size[lead + k] != 1) else stride[k] for k in range(x.ndim)]
+    return _view(x, size, tuple(new_stride), offset,
+                 lambda idx: [0 if x.size[k] == 1 and size[lead + k] != 1 else idx[lead + k] for k in range(x.ndim)])
 
 
 @register(aten.slice.Tensor, aten.slice_copy.Tensor)
@@ -114,15 +119,20 @@ def slice_(g, node, x, dim=0, start=None, end=None, step=1):
     n = x.size[dim]
     start = 0 if start is None else start
     start = min(max(start + n if start < 0 else start, 0), n)
-    size = tuple(out_val(node).shape)
-    return _slice(x, dim, start, size[dim], size, step)
+    return _slice(x, dim, start, tuple(out_val(node).shape), step)
 
 
-@register(aten.flip.default)
-def flip(g, node, x, dims):
-    dims = {d % x.ndim for d in dims}
-    # a Lazy, not negative strides: externs and as_strided cannot take those
-    return Lazy(x.size, x.dtype, lambda idx: x.load([x.size[d] - 1 - i if d in dims else i for d, i in enumerate(idx)]), x.origins)
+def _slice(x, dim, start, out_size, step=1):
+    stride, offset = _layout(x)
+    new_stride = list(stride)
+    new_stride[dim] *= step
+
+    def fn(idx):
+        idx = list(idx)
+        idx[dim] = start + step * idx[dim]
+        return idx
+
+    return _view(x, out_size, tuple(new_stride), offset + start * stride[dim], fn)
 
 
 @register(aten.split_with_sizes.default, aten.split.Tensor, aten.unsafe_split.Tensor, aten.split_with_sizes_copy.default)
@@ -131,34 +141,37 @@ def split(g, node, x, sizes, dim=0):
     dim = dim % x.ndim
     out, start = [], 0
     for val in out_val(node):
-        n = val.shape[dim]
-        out.append(_slice(x, dim, start, n, tuple(val.shape)))
-        start += n
+        out.append(_slice(x, dim, start, tuple(val.shape)))
+        start += val.shape[dim]
     return tuple(out)
-
-
-def _slice(x, dim, start, size, out_size, step=1):
-    if isinstance(x, View):
-        stride = list(x.stride)
-        stride[dim] *= step
-        return _strided(x, out_size, tuple(stride), x.offset + start * x.stride[dim])
-
-    def fn(idx):
-        idx = list(idx)
-        idx[dim] = start + step * idx[dim]
-        return idx
-
-    return _reindex(x, out_size, fn)
 
 
 @register(aten.select.int, aten.select_copy.int)
 def select(g, node, x, dim, index):
     dim = dim % x.ndim
     index = index + x.size[dim] if index < 0 else index
-    size = x.size[:dim] + x.size[dim + 1 :]
-    if isinstance(x, View):
-        return _strided(x, size, x.stride[:dim] + x.stride[dim + 1 :], x.offset + index * x.stride[dim])
-    return _reindex(x, size, lambda idx: list(idx[:dim]) + [sympy.Integer(index)] + list(idx[dim:]))
+    stride, offset = _layout(x)
+    return _view(x, x.size[:dim] + x.size[dim + 1 :], stride[:dim] + stride[dim + 1 :], offset + index * stride[dim],
+                 lambda idx: list(idx[:dim]) + [sympy.Integer(index)] + list(idx[dim:]))
+
+
+@register(aten.unfold.default)
+def unfold(g, node, x, dim, size, step):
+    """Windows of `size` every `step` along dim, as a new last dim: a view."""
+    dim = dim % max(x.ndim, 1)
+    stride, offset = _layout(x)
+    out_size = tuple(out_val(node).shape)
+    new_stride = list(stride[: x.ndim]) + [stride[dim] if x.ndim else 1]
+    if x.ndim:
+        new_stride[dim] = stride[dim] * step
+
+    def fn(idx):
+        old = list(idx[: x.ndim])
+        if x.ndim:
+            old[dim] = idx[dim] * step + idx[-1]
+        return old
+
+    return _view(x, out_size, tuple(new_stride), offset, fn)
 
 
 @register(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.unsqueeze.default, aten.alias.default, aten.squeeze_copy.dims, aten.unsqueeze_copy.default)
@@ -166,14 +179,24 @@ def squeeze_unsqueeze(g, node, x, *args):
     return reshape_value(x, tuple(out_val(node).shape))
 
 
+@register(aten.flip.default)
+def flip(g, node, x, dims):
+    dims = {d % x.ndim for d in dims}
+    # a copy, as in ATen (negative strides are not a view)
+    return Lazy(x.size, x.dtype, lambda idx: x.load([x.size[d] - 1 - i if d in dims else i for d, i in enumerate(idx)]), x.origins)
+
+
 @register(aten.as_strided.default)
 def as_strided(g, node, x, size, stride, storage_offset=None):
+    """A window on x's storage: the input's, or the buffer x's root is realized into.
+    storage_offset counts from the start of that storage (an input's own offset included)."""
+    _, offset = _layout(x)
     if not isinstance(x, View):
-        x = g.realize(x)
-    if x.stride != contiguous_strides(x.size) and storage_offset is None:
-        pass  # as_strided is relative to the storage, which the View's buffer is
-    off = x.offset if storage_offset is None else storage_offset
-    return View(x.buffer, tuple(size), tuple(stride), off)
+        root = x.view_of[0] if getattr(x, "view_of", None) else x
+        x = g.realize(root)
+    if storage_offset is not None:
+        offset = storage_offset - getattr(x.buffer, "offset", 0)
+    return View(x.buffer, tuple(size), tuple(stride), offset)
 
 
 @register(aten.cat.default)
@@ -203,8 +226,6 @@ def cat(g, node, tensors, dim=0):
                 result = ir.op("where", cond, v, result, dtype=cdt)
         return ir.cast(result, val.dtype)
 
-    from .registry import origins_of
-
     return Lazy(size, val.dtype, body, origins_of(g, node, *tensors))
 
 
@@ -225,12 +246,11 @@ def constant_pad_nd(g, node, x, pad, value=0):
             if before[d] == 0 and size[d] == x.size[d]:
                 local.append(idx[d])
                 continue
-            lo, hi = max(-before[d], 0), x.size[d] - 1
-            local.append(sympy.Min(sympy.Max(src, 0), hi) if x.size[d] > 0 else 0)
+            # an in-bounds (clamped) load; the padding positions discard it
+            local.append(sympy.Min(sympy.Max(src, 0), x.size[d] - 1) if x.size[d] > 0 else 0)
             i = ir.index_value(src)
             conds.append(ir.op("ge", i, ir.const(0, torch.int64), dtype=torch.bool))
             conds.append(ir.op("lt", i, ir.const(x.size[d], torch.int64), dtype=torch.bool))
-            del lo
         v = ir.cast(x.load(local), cdt)
         if conds:
             ok = conds[0]
@@ -238,7 +258,5 @@ def constant_pad_nd(g, node, x, pad, value=0):
                 ok = ir.op("logical_and", ok, c, dtype=torch.bool)
             v = ir.op("where", ok, v, ir.const(value, cdt), dtype=cdt)
         return ir.cast(v, val.dtype)
-
-    from .registry import origins_of
 
     return Lazy(size, val.dtype, body, origins_of(g, node, x))

@@ -2,6 +2,7 @@
 cache them by content hash and load them with ctypes."""
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import functools
 import os
@@ -29,6 +30,17 @@ def compiler_id() -> str:
 
 def build(name: str, source: str) -> tuple[ctypes.CDLL, Path, bool]:
     """The loaded library for `source`; returns (lib, source path, cache hit)."""
+    lib, src_path, hit = submit(name, source)
+    return lib.result(), src_path, hit
+
+
+# g++ runs in a subprocess, so threads build a graph's kernels in parallel
+_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="fusion-cxx")
+
+
+def submit(name: str, source: str) -> tuple[concurrent.futures.Future, Path, bool]:
+    """Like build, but a cache miss builds in the background: returns
+    (future of the lib, source path, cache hit)."""
     key = content_hash(compiler_id(), source)
     entry_dir = cache_dir() / "cpp" / key[:2]
     so_path = entry_dir / f"{key}.so"
@@ -37,12 +49,17 @@ def build(name: str, source: str) -> tuple[ctypes.CDLL, Path, bool]:
         write_entry(src_path, source.encode())
     if valid_entry(so_path):
         try:
-            return ctypes.CDLL(str(so_path)), src_path, True
+            done: concurrent.futures.Future = concurrent.futures.Future()
+            done.set_result(ctypes.CDLL(str(so_path)))
+            return done, src_path, True
         except OSError:
             pass  # unloadable despite its digest: rebuild
-    data = _compile(name, source, src_path)
-    write_entry(so_path, data)
-    return ctypes.CDLL(str(so_path)), src_path, False
+    return _POOL.submit(_build_and_load, name, source, src_path, so_path), src_path, False
+
+
+def _build_and_load(name: str, source: str, src_path: Path, so_path: Path) -> ctypes.CDLL:
+    write_entry(so_path, _compile(name, source, src_path))
+    return ctypes.CDLL(str(so_path))
 
 
 def _compile(name: str, source: str, src_path: Path) -> bytes:

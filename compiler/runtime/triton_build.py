@@ -1,15 +1,18 @@
 """Build and launch Triton kernels.
 
 The kernel module is written to the cache (content hash) and imported. On a GPU
-every launch configuration is compiled ahead of the first call, in a thread pool
-so that a graph's kernels compile together; when there are several, the fastest
-is picked once per shape and machine (timed on scratch inputs) and remembered in
-the cache. The launcher calls the compiled kernel's own launcher with the grid and
-constants bound in advance: per call it only reads the stream and, for graph
-inputs (which may be views at any address), checks 16-byte alignment.
+every launch configuration is compiled before the graph is returned, in a thread
+pool so that a graph's kernels compile together; when there are several, the
+fastest is picked once per shape and machine (timed on scratch inputs) and
+remembered in the cache. The launcher is generated per kernel with the grid,
+constants and workspace addresses as literals, and calls our C launcher
+(runtime/cuda_launcher.py; Triton's own where that cannot serve): per call it
+only reads the stream and, for graph inputs (which may be views at any address),
+checks 16-byte alignment, falling back to a plain Triton launch when one is not.
 
-CPU tensors run under Triton's interpreter (TRITON_INTERPRET), which CI uses to
-check the Triton codegen without a GPU."""
+CPU tensors (config.cpu_target == "triton", FUSION_TARGET=triton) run under
+Triton's interpreter, which CI uses to check the Triton codegen without a GPU;
+TRITON_INTERPRET=1 needs not be set, the modules are imported with it on."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -129,29 +132,26 @@ class TritonLauncher:
 
 
 def _constexprs(cfg: dict) -> dict:
-    return {k: cfg[k] for k in ("XBLOCK", "RBLOCK") if k in cfg}
+    """The block sizes, in the order the kernel declares them."""
+    return {k: cfg[k] for k in ("YBLOCK", "XBLOCK", "RBLOCK") if k in cfg}
 
 
-def _grid(meta: dict, cfg: dict) -> int:
-    return -(-meta["xnumel"] // cfg["XBLOCK"])
-
-
-def _jit_launcher(fn, meta, cfg, interpret: bool):
+def _jit_launcher(fn, cfg, interpret: bool, workspace: list):
     """The plain Triton launch (the interpreter; misaligned inputs on a GPU)."""
-    grid = (_grid(meta, cfg),)
+    grid = (cfg["grid"],)
     consts = _constexprs(cfg)
     opts = {} if interpret else dict(num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 1))
 
     def launch(*args):
-        fn[grid](*args, **consts, **opts)
+        fn[grid](*args, *workspace, **consts, **opts)
 
     return launch
 
 
-def _fast_launcher(ck, meta, cfg, slow, device_index: int, use_c: bool):
+def _fast_launcher(ck, meta, cfg, slow, device_index: int, use_c: bool, workspace: list):
     """A launcher specialized to one compiled kernel, generated as source so
-    the grid and constants are literals: our C launcher (`use_c`, where the
-    kernel fits it), else Triton's own."""
+    the grid, constants and workspace addresses are literals: our C launcher
+    (`use_c`, where the kernel fits it), else Triton's own."""
     n = len(meta["args"])
     params = [f"a{i}" for i in range(n)]
     lines = [f"def launch({', '.join(params)}):"]
@@ -161,8 +161,8 @@ def _fast_launcher(ck, meta, cfg, slow, device_index: int, use_c: bool):
     if checked:
         lines.append(f"    if ({' | '.join(f'p{i}' for i in checked)}) & 15:")
         lines.append(f"        return slow({', '.join(params)})")
-    ptrs = ", ".join(f"p{i}" if i in checked else f"a{i}" for i in range(n))
-    grid = _grid(meta, cfg)
+    ptrs = ", ".join([f"p{i}" if i in checked else f"a{i}" for i in range(n)] + [str(w.data_ptr()) for w in workspace])
+    grid = cfg["grid"]
     c = cuda_launcher.load()
     md = ck.metadata
     if use_c and _c_fits(ck):
@@ -171,7 +171,7 @@ def _fast_launcher(ck, meta, cfg, slow, device_index: int, use_c: bool):
     else:
         consts = ", ".join(str(v) for v in _constexprs(cfg).values())
         lines.append(f"    run({grid}, 1, 1, stream({device_index}), function, packed, None, None, None, {ptrs}, {consts})")
-    ns = dict(run=ck.run, function=ck.function, packed=ck.packed_metadata, slow=slow,
+    ns = dict(run=ck.run, function=ck.function, packed=ck.packed_metadata, slow=slow, workspace=workspace,
               c_launch=c.launch if c is not None else None, stream=torch._C._cuda_getCurrentRawStream)
     exec(compile("\n".join(lines) + "\n", f"<launcher {ck.name}>", "exec"), ns)
     return ns["launch"]
@@ -229,13 +229,13 @@ def _prepare(fn):
     device = driver.active.get_current_device()
     caches = getattr(fn, "device_caches", None)
     if caches is not None:
-        caches[device]
+        caches[device]  # a defaultdict: this builds the binder
 
 
 def _compile_one(fn, meta, cfg):
     """Compile one configuration without launching it. Dtypes stand for the
     tensors (Triton mocks them, 16-byte aligned: the fast path's assumption)."""
-    dtypes = [DTYPES[a["dtype"]] for a in meta["args"]]
+    dtypes = [DTYPES[a["dtype"]] for a in meta["args"] + meta["workspace"]]
     return fn.warmup(*dtypes, grid=(1,), num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 1), **_constexprs(cfg))
 
 
@@ -268,7 +268,7 @@ def _time(launch, args, reps_ms: float = 2.0) -> float:
 CHOSEN: dict[str, dict] = {}
 
 
-def _resolve(name, fn, meta, configs, futures, device, path, tune_path):
+def _resolve(name, fn, meta, configs, futures, device, path, tune_path, workspace):
     """Collect the compiled configurations, pick the fastest: (config, launcher, kind)."""
     compiled = []
     for cfg, fut in zip(configs, futures):
@@ -282,13 +282,14 @@ def _resolve(name, fn, meta, configs, futures, device, path, tune_path):
         ck._init_handles()
         compiled.append((cfg, ck))
     index = device.index or 0
+
+    def fast(cfg, ck, use_c):
+        return _fast_launcher(ck, meta, cfg, _jit_launcher(fn, cfg, False, workspace), index, use_c, workspace)
+
     if "ok" not in _c_checked and _c_fits(compiled[0][1]):
         cfg, ck = compiled[0]
-        slow = _jit_launcher(fn, meta, cfg, False)
-        _c_checked["ok"] = _check_c_launcher(_fast_launcher(ck, meta, cfg, slow, index, True),
-                                             _fast_launcher(ck, meta, cfg, slow, index, False), meta, device)
-    launchers = [(cfg, _fast_launcher(ck, meta, cfg, _jit_launcher(fn, meta, cfg, False), index, True))
-                 for cfg, ck in compiled]
+        _c_checked["ok"] = _check_c_launcher(fast(cfg, ck, True), fast(cfg, ck, False), meta, device)
+    launchers = [(cfg, fast(cfg, ck, True)) for cfg, ck in compiled]
     how = "c" if _c_fits(compiled[0][1]) else "triton"
     if len(launchers) == 1:
         return launchers[0][0], launchers[0][1], how
@@ -305,12 +306,14 @@ def build(name: str, source: str, meta: dict):
     mod, path, hit = load_module(name, source, interpret)
     fn = getattr(mod, name)
     configs = meta["configs"]
+    device = torch.device("cpu") if interpret else torch.device("cuda", torch.cuda.current_device())
+    with real_tensors():
+        workspace = [torch.zeros(w["numel"], dtype=DTYPES[w["dtype"]], device=device) for w in meta["workspace"]]
     if interpret:
-        launch = _jit_launcher(fn, meta, configs[0], True)
+        launch = _jit_launcher(fn, configs[0], True, workspace)
         launcher = TritonLauncher(name, lambda: launch)
         launcher.wait()
         return launcher, path, hit
-    device = torch.device("cuda", torch.cuda.current_device())
     tune_path = _tune_path(path, device)
     chosen = None
     if len(configs) > 1 and valid_entry(tune_path):
@@ -322,16 +325,25 @@ def build(name: str, source: str, meta: dict):
 
     def resolve():
         try:
-            cfg, launch, how = _resolve(name, fn, meta, configs, futures, device, path, tune_path)
+            with real_tensors():
+                cfg, launch, how = _resolve(name, fn, meta, configs, futures, device, path, tune_path, workspace)
         except KernelCompileError:
             raise
         except Exception as e:  # our fast path broke on this Triton: its own launch is correct
             print(f"pytest-fusion: {name}: plain Triton launch ({type(e).__name__}: {str(e)[:300]})", file=sys.stderr)
-            cfg, launch, how = configs[0], _jit_launcher(fn, meta, configs[0], False), "jit"
+            cfg, launch, how = configs[0], _jit_launcher(fn, configs[0], False, workspace), "jit"
         CHOSEN[name] = dict(cfg, launcher=how)
         return launch
 
     return TritonLauncher(name, resolve), path, hit
+
+
+def real_tensors():
+    """Compiling may run inside Dynamo/AOTAutograd's fake-tensor tracing: the
+    tensors built here to tune and check kernels must be real."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    return _disable_current_modes()
 
 
 def wait(launchers) -> None:

@@ -44,7 +44,6 @@ class Measurement:
     times_ms: dict[str, list[float]]  # per-round ms per call; empty when not timed
     compile_s: dict[str, float]
     nvml: dict | None
-    trace: dict  # the profiler's chrome trace of one call
 
 
 def measure(
@@ -80,10 +79,8 @@ def measure(
                 if samples:
                     readings = nvml.summarize(samples)
                     readings["energy_j_per_call"] = nvml.energy_per_call(ours, device, nvml_seconds) if nvml_seconds > 0 else None
-        except MeasureError:
-            raise
         except nvml.NvmlError as e:
             raise MeasureError(str(e)) from e
         except torch._dynamo.exc.RecompileError as e:
             raise MeasureError(f"{target.name} recompiled when called again with the inputs of its first call: {e}") from e
-    return Measurement(target.name, prof.launches, prof.launch_names, prof.graph_launches, peak, times, compile_s, readings, prof.trace)
+    return Measurement(target.name, prof.launches, prof.launch_names, prof.graph_launches, peak, times, compile_s, readings)

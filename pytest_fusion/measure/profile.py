@@ -15,6 +15,7 @@ import json
 import os
 import re
 import tempfile
+import warnings
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -43,7 +44,6 @@ class Profile:
     launch_names: list[str]
     graph_launches: int  # cudaGraphLaunch calls (their kernels are not in `launches`)
     peak_memory_bytes: int | None  # CPU only: from the profiler's allocation events
-    trace: dict  # the chrome trace of the call
 
 
 _warm: set[str] = set()
@@ -66,13 +66,16 @@ def warm_up(device: torch.device) -> None:
 
 def profile_call(fn, device: torch.device, save_to: str | None = None) -> Profile:
     """Profile one call of `fn`; `save_to`: also write its trace there (see report.traces)."""
-    warm_up(device)
     cuda = device.type == "cuda"
     try:
-        with profile(activities=_activities(device), profile_memory=not cuda) as prof:
-            fn()
-            if cuda:
-                torch.cuda.synchronize(device)
+        with warnings.catch_warnings():
+            # each call gets a fresh profiler; the warning about cycles is not ours
+            warnings.filterwarnings("ignore", message=".*Profiler clears events")
+            warm_up(device)
+            with profile(activities=_activities(device), profile_memory=not cuda) as prof:
+                fn()
+                if cuda:
+                    torch.cuda.synchronize(device)
         fd, path = tempfile.mkstemp(suffix=".pt.trace.json")
         os.close(fd)
         try:
@@ -90,9 +93,9 @@ def profile_call(fn, device: torch.device, save_to: str | None = None) -> Profil
     events = [e for e in trace.get("traceEvents", []) if isinstance(e, dict)]
     if cuda:
         names, graphs = _cuda_launches(events)
-        return Profile(len(names), names, graphs, None, trace)
+        return Profile(len(names), names, graphs, None)
     names = _cpu_launches(events)
-    return Profile(len(names), names, 0, _cpu_peak(events), trace)
+    return Profile(len(names), names, 0, _cpu_peak(events))
 
 
 def _cuda_launches(events) -> tuple[list[str], int]:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest_plugins = ["pytester"]
-
 
 def pytest_configure(config):
     # pytester's in-process runs drop the modules first imported inside them; Dynamo
@@ -19,14 +17,19 @@ def pytest_configure(config):
     torch._dynamo.reset()
 
 
-FAST = ["-p", "no:cacheprovider", "--fusion-rounds=2", "--fusion-warmup=1"]
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+# the CPU's figures (kernel names, launches) unless a test asks for cuda
+FAST = ["-p", "no:cacheprovider", "--fusion-device=cpu", "--fusion-rounds=2", "--fusion-warmup=1"]
 
 
-def fusion_results(run) -> dict[str, dict]:
-    """nodeid -> the fusion_result dict on that test's report (in-process runs)."""
+def _fusion_results(run) -> dict[str, dict]:
     reports = run.reprec.getreports("pytest_runtest_logreport")
     return {r.nodeid: r.fusion_result for r in reports if getattr(r, "fusion_result", None)}
+
+
+@pytest.fixture
+def results():
+    """results(run_result) -> {nodeid: the fusion_result on that test's report}."""
+    return _fusion_results
 
 
 @pytest.fixture

@@ -2,10 +2,9 @@
 and torch.compile routing in marked tests."""
 from __future__ import annotations
 
-from conftest import fusion_results
 
 
-def test_inputs_records_and_metrics(run):
+def test_inputs_records_and_metrics(results, run):
     result = run("""
 import torch
 
@@ -30,7 +29,7 @@ def test_case(fusion):
     assert m["kernels"] == 1 and m["launches"] == 1 and m["bytes_read"] == 8 * 33 * 4
 """)
     result.assert_outcomes(passed=1)
-    (res,) = fusion_results(result).values()
+    (res,) = results(result).values()
     assert set(res) == {"nodeid", "outcome", "duration_s", "message", "gates", "graphs", "metrics", "baseline"}
     m = res["metrics"]
     for key in ("kernels", "externs", "fallbacks", "graph_breaks", "graph_break_reasons", "launches", "launch_names",
@@ -58,7 +57,7 @@ def test_unchecked(fusion):
     result.stdout.fnmatch_lines(["E * AssertionError: fusion.run: compiled output differs from eager (rtol=0.0001, atol=1e-05):"])
 
 
-def test_compile_is_recorded_and_measured_after_the_test(run):
+def test_compile_is_recorded_and_measured_after_the_test(results, run):
     result = run("""
 import pytest
 
@@ -72,11 +71,11 @@ def test_case(fusion):
     assert len(fusion.graphs) == 1 and fusion.records == []  # measured after the body
 """)
     result.assert_outcomes(passed=1)
-    (res,) = fusion_results(result).values()
+    (res,) = results(result).values()
     assert res["metrics"]["launches"] == 1 and len(res["metrics"]["times_ms"]["fusion"]) == 2
 
 
-def test_torch_compile_is_routed_in_marked_tests(run):
+def test_torch_compile_is_routed_in_marked_tests(results, run):
     result = run("""
 import pytest, torch
 from pytest_fusion.fixture import REAL_COMPILE
@@ -123,13 +122,13 @@ def test_routed_only_while_the_test_runs():
     assert torch.compile is not REAL_COMPILE
 """)
     result.assert_outcomes(passed=5)
-    res = fusion_results(result)
+    res = results(result)
     assert res["test_it.py::test_module"]["metrics"]["launch_names"] == ["aten::addmm", "cpp_poi_fused_add_mul_relu_0"]
     assert res["test_it.py::test_decorator_with_a_graph_break"]["metrics"]["graph_break_reasons"]
     assert "test_it.py::test_not_routed_without_a_marker" not in res
 
 
-def test_failing_body_keeps_records_and_section(run):
+def test_failing_body_keeps_records_and_section(results, run):
     result = run("""
 import pytest
 
@@ -140,12 +139,12 @@ def test_case(fusion):
 """)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*the test's own assertion*", "*Captured fusion call*", "  cpp_poi_fused_cos_mul_0: *"])
-    (res,) = fusion_results(result).values()
+    (res,) = results(result).values()
     assert res["outcome"] == "failed" and res["metrics"]["kernels"] == 1 and res["graphs"]
     assert res["gates"][0]["passed"] is None and "not evaluated" in res["gates"][0]["message"]
 
 
-def test_measurement_failure_is_a_clear_error(run):
+def test_measurement_failure_is_a_clear_error(results, run):
     # the measured call must run what the test compiled: this function recompiles
     # on every call (Dynamo guards on the counter), which the measurement refuses
     result = run("""
@@ -165,7 +164,7 @@ def test_case(fusion):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["pytest-fusion could not measure: bump recompiled when called again*"])
     assert "INTERNALERROR" not in result.stdout.str()
-    (res,) = fusion_results(result).values()
+    (res,) = results(result).values()
     assert res["outcome"] == "error"
 
 

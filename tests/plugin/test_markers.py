@@ -3,7 +3,6 @@ and registration."""
 from __future__ import annotations
 
 import pytest
-from conftest import fusion_results
 
 # one fused pointwise kernel: x -> ((x + 1) * 2).sin(), 1001 float32 in, 1001 out
 SIN = "lambda x: ((x + 1) * 2).sin()"
@@ -36,10 +35,10 @@ def test_case(fusion):
         "max_peak_memory('4004 B')",  # the output, nothing else
     ],
 )
-def test_marker_passes(run, marker):
+def test_marker_passes(results, run, marker):
     result = run(one(marker))
     result.assert_outcomes(passed=1)
-    (res,) = fusion_results(result).values()
+    (res,) = results(result).values()
     assert res["outcome"] == "passed" and res["message"] == ""
     assert all(g["passed"] for g in res["gates"]), res["gates"]
 
@@ -58,12 +57,12 @@ def test_marker_passes(run, marker):
         ("max_peak_memory(100)", "expected at most 100 B peak memory per call, measured 4 KB (+3904%)"),
     ],
 )
-def test_marker_fails_with_one_line_reason(run, marker, line):
+def test_marker_fails_with_one_line_reason(results, run, marker, line):
     result = run(one(marker))
     result.assert_outcomes(failed=1)
     # the failure's first line, and the short summary (cut to the terminal's width)
     result.stdout.fnmatch_lines([f"{line}*", "FAILED test_it.py::test_case - Failed: *"])
-    (res,) = fusion_results(result).values()
+    (res,) = results(result).values()
     assert res["outcome"] == "failed" and res["message"].startswith(line)
     assert [g["passed"] for g in res["gates"]].count(False) == 1
 
@@ -86,7 +85,7 @@ def test_failure_section_shows_kernels_ops_and_split_reason(run):
     ])
 
 
-def test_graph_break_failure_names_the_reason(run):
+def test_graph_break_failure_names_the_reason(results, run):
     src = """
 import pytest, torch
 
@@ -102,11 +101,11 @@ def test_case(fusion):
 """
     result = run(src)
     result.assert_outcomes(failed=1)
-    (res,) = fusion_results(result).values()
+    (res,) = results(result).values()
     assert res["message"].startswith("expected 0 graph breaks, Dynamo made 1 (+1): "), res["message"]
 
 
-def test_module_and_class_markers_closest_wins(run):
+def test_module_and_class_markers_closest_wins(results, run):
     src = f"""
 import pytest
 
@@ -126,11 +125,11 @@ class TestClass:
 """
     result = run(src)
     result.assert_outcomes(passed=2, failed=1)
-    res = fusion_results(result)
+    res = results(result)
     assert res["test_it.py::test_module_level"]["message"] == "expected 5 kernels, generated 1 (-4)"
 
 
-def test_parametrize_marks(run):
+def test_parametrize_marks(results, run):
     src = f"""
 import pytest
 
@@ -144,7 +143,7 @@ def test_case(fusion, fn, n):
 """
     result = run(src)
     result.assert_outcomes(passed=2, failed=1)
-    res = fusion_results(result)
+    res = results(result)
     assert res["test_it.py::test_case[four]"]["message"] == "expected 1 kernel, generated 4 (+3)"
     assert res["test_it.py::test_case[unmarked]"]["gates"] == []
 

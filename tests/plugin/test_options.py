@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import fusion_results
 
 SETTINGS = """
 def test_case(fusion):
@@ -37,15 +36,15 @@ def test_marked(fusion):
     result.stdout.fnmatch_lines(["*SETTINGS auto fusion 9 1 True 3.0 2.0*", "*MARKED 2 1 3.0 False*"])
 
 
-def test_rounds_are_the_timing_samples(run):
+def test_rounds_are_the_timing_samples(results, run):
     result = run("def test_case(fusion):\n    fusion.run(lambda x: x * 3, fusion.randn(50))\n", "--fusion-rounds=5")
-    (res,) = fusion_results(result).values()
+    (res,) = results(result).values()
     times = res["metrics"]["times_ms"]
     assert set(times) == {"eager", "fusion"} and len(times["eager"]) == len(times["fusion"]) == 5
     assert res["metrics"]["median_ms"]["fusion"] > 0 and res["metrics"]["speedup"]["eager"] > 0
 
 
-def test_no_perf_keeps_count_gates_and_leaves_timing_unmeasured(run):
+def test_no_perf_keeps_count_gates_and_leaves_timing_unmeasured(results, run):
     result = run("""
 import pytest
 
@@ -60,7 +59,7 @@ def test_counts_fail(fusion):
     fusion.run(lambda x: x * 3, fusion.randn(50))
 """, "--fusion-no-perf")
     result.assert_outcomes(passed=1, failed=1)
-    res = fusion_results(result)["test_it.py::test_counts_pass"]
+    res = results(result)["test_it.py::test_counts_pass"]
     assert res["metrics"]["times_ms"] == {} and res["metrics"]["launches"] == 1
     speed = next(g for g in res["gates"] if g["marker"] == "min_speedup")
     assert speed["passed"] is None and speed["message"] == "not measured: --fusion-no-perf"
@@ -75,9 +74,9 @@ def test_tolerance_scale(run):
     result.stdout.fnmatch_lines(["*compiled output differs from eager (rtol=1e-08, atol=1e-09)*"])
 
 
-def test_warmup_zero_still_measures(run):
+def test_warmup_zero_still_measures(results, run):
     result = run("def test_case(fusion):\n    fusion.run(lambda x: x + 1, fusion.randn(5))\n", "--fusion-warmup=0")
-    (res,) = fusion_results(result).values()
+    (res,) = results(result).values()
     assert res["metrics"]["launches"] == 1
 
 
@@ -87,7 +86,7 @@ def test_device_cpu(run):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the skip on a machine without CUDA")
-def test_device_cuda_skips_without_a_gpu(run):
+def test_device_cuda_skips_without_a_gpu(results, run):
     result = run("""
 import pytest
 
@@ -100,7 +99,7 @@ def test_fixture(fusion):
 """, "--fusion-device=cuda", "-rs")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(["SKIPPED * fusion device 'cuda' asked for, but this machine has no CUDA device"])
-    res = fusion_results(result)
+    res = results(result)
     assert {r["outcome"] for r in res.values()} == {"skipped"} and len(res) == 2
 
 

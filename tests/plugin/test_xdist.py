@@ -30,7 +30,7 @@ def test_timing_skipped(fusion):
 def test_bad_marker():
     pass
 """)
-    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "--fusion-rounds=2", "-rs",
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "--fusion-device=cpu", "--fusion-rounds=2", "-rs",
                                            "--junitxml=junit.xml", timeout=240)
     out = result.stdout.str()
     assert "INTERNALERROR" not in out + result.stderr.str()

@@ -23,7 +23,9 @@ def test_sum_then_softmax(fusion):
 '''
 CHAIN = "test_tiny.py::test_chain"
 SOFTMAX = "test_tiny.py::test_sum_then_softmax"
-COUNTS_ONLY = ("-p", "no:cacheprovider", "--fusion-no-perf")
+# the cpu class on any machine; counts and bytes only, unless a test times
+COUNTS_ONLY = ("-p", "no:cacheprovider", "--fusion-device=cpu", "--fusion-no-perf")
+TIMED = ("-p", "no:cacheprovider", "--fusion-device=cpu", "--fusion-rounds=3", "--fusion-warmup=1")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -118,6 +120,17 @@ def test_improvement_passes_with_a_note_and_fails_under_strict(tiny):
         f"FAILED {SOFTMAX} - baseline (cpu) out of date (--fusion-strict): kernels 3 -> 2 (-1): run --fusion-update"])
 
 
+def test_a_test_skipped_for_its_cuda_only_speed_gate_still_compares(tiny):
+    tiny.makepyfile(test_tiny=TINY.replace("@pytest.mark.expect_kernels(1)\n",
+                                           '@pytest.mark.expect_kernels(1)\n@pytest.mark.min_speedup(2, device="cuda")\n'))
+    tiny.runpytest("--fusion-baseline", *COUNTS_ONLY).assert_outcomes(passed=1, skipped=1)
+    assert set(baseline(tiny)["tests"]) == {CHAIN, SOFTMAX}
+    edit(tiny, lambda d: d["tests"][CHAIN].update(kernels=0))
+    result = tiny.runpytest("--fusion-baseline", *COUNTS_ONLY, "-rf")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([f"FAILED {CHAIN} - baseline (cpu) regressed: kernels 0 -> 1 (+1)*"])
+
+
 def test_missing_entry_is_an_error_in_ci(tiny, monkeypatch):
     monkeypatch.setenv("CI", "true")
     result = tiny.runpytest("--fusion-baseline", *COUNTS_ONLY, "-rf")
@@ -167,29 +180,27 @@ def test_a_failing_test_is_not_recorded(tiny):
 
 
 def test_times_are_compared_where_the_file_has_a_tolerance(tiny):
-    timed = ("-p", "no:cacheprovider", "--fusion-rounds=3", "--fusion-warmup=1")
-    tiny.runpytest("--fusion-baseline", *timed).assert_outcomes(passed=2)
+    tiny.runpytest("--fusion-baseline", *TIMED).assert_outcomes(passed=2)
     assert "speedup_eager" not in baseline(tiny)["tests"][CHAIN]  # not on the cpu class by default
 
     def gate_times(d):
         d["tolerance"].update(speedup=0.1)
         d["tests"][CHAIN]["speedup_eager"] = 1e6
     edit(tiny, gate_times)
-    result = tiny.runpytest("--fusion-baseline", *timed, "-rf")
+    result = tiny.runpytest("--fusion-baseline", *TIMED, "-rf")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([f"FAILED {CHAIN} - baseline (cpu) regressed: speedup_eager 1000000.00x -> *x (-*%, tolerance 10%)"])
-    tiny.runpytest("--fusion-update", *timed).assert_outcomes(passed=2)
+    tiny.runpytest("--fusion-update", *TIMED).assert_outcomes(passed=2)
     assert 0 < baseline(tiny)["tests"][CHAIN]["speedup_eager"] < 1e6  # now recorded
 
 
 def test_suite_geomean_floor(tiny):
-    timed = ("-p", "no:cacheprovider", "--fusion-rounds=3", "--fusion-warmup=1")
-    result = tiny.runpytest("--fusion-min-geomean=eager:1000", *timed)
+    result = tiny.runpytest("--fusion-min-geomean=eager:1000", *TIMED)
     result.assert_outcomes(passed=2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*= fusion suite =*", "cpu: geomean speedup over eager: *x over 2 tests",
                                  "FAILED suite gate: cpu: geomean speedup over eager *x is below 1000x (2 tests)"])
-    ok = tiny.runpytest("--fusion-min-geomean=eager:0.001", *timed)
+    ok = tiny.runpytest("--fusion-min-geomean=eager:0.001", *TIMED)
     assert ok.ret == pytest.ExitCode.OK
     untimed = tiny.runpytest("--fusion-min-geomean=inductor:1", *COUNTS_ONLY)
     assert untimed.ret == pytest.ExitCode.OK

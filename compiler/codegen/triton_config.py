@@ -1,0 +1,235 @@
+"""How a FusedKernel maps onto Triton programs, and the block sizes to try.
+
+- pointwise: 1-D blocks over the flat index, or 2-D tiles [YBLOCK, XBLOCK] when
+  some accesses are contiguous along one dim and others along the other (a
+  transpose): Triton then reads and writes both coalesced, through shared memory;
+- reductions: persistent (a block holds whole rows) when rows are short, looped
+  otherwise; a looped reduction over few rows is split across several programs
+  per row, the last one to finish combining their partial results.
+
+Programs move about 32-64 bytes per thread and per access, and there are
+enough of them to fill the GPU twice where the sizes allow."""
+from __future__ import annotations
+
+import dataclasses
+
+import sympy
+import torch
+
+from ..index import FloorDiv, ModularIndexing, simplify_with_ranges, symbol
+from ..scheduler import R, X, FusedKernel
+
+SM_COUNT = 132  # H100 / H200
+AUTOTUNE_MIN_ELEMENTS = 1 << 22  # smaller kernels run their first guess
+# rows up to this many elements (padded to a power of 2) stay in registers
+PERSISTENT_MAX_RBLOCK = {1: 8192, 2: 8192, 4: 4096, 8: 2048}
+# reducing a strided dim: only short ones, so that a block is wide in the contiguous x
+OUTER_PERSISTENT_MAX_RBLOCK = 128
+# one-pass reductions over rows at least this long loop (with tuned RBLOCK)
+LOOPED_MIN_RBLOCK = 2048
+# split a looped reduction when a row has at least this many loop iterations per split
+SPLIT_MIN_ITERATIONS = 4
+REDUCTIONS_THAT_SPLIT = {"sum", "prod", "max", "min", "any", "all"}
+TILE_MIN = 16  # both dims of a 2-D tile at least this long
+Y = symbol("y0")
+
+
+def pow2(n: int) -> int:
+    return 1 << max(0, (max(n, 1) - 1).bit_length())
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclasses.dataclass
+class Plan:
+    reduction: bool
+    persistent: bool = False
+    inner: bool = True  # reductions: the reduced dim is the contiguous one
+    tile: int | None = None  # pointwise 2-D: the flat x0 is tile * y0 + x0
+    split: int = 1  # reductions: programs per block of rows
+    configs: list = dataclasses.field(default_factory=list)
+
+
+def plan(kernel: FusedKernel, device: torch.device, itemsize: int) -> Plan:
+    gpu = device.type == "cuda"
+    reduction = any(m.role == "reduction" for m in kernel.members)
+    xn = kernel.xnumel
+    if not reduction:
+        tile = choose_tile(kernel)
+        p = Plan(False, tile=tile)
+        p.configs = _tiled_configs(xn // tile, tile, gpu, itemsize) if tile else _pointwise_configs(xn, gpu, itemsize)
+        return p
+    rn = max(kernel.rnumel, 1)
+    inner = reduces_contiguous(kernel)
+    rblock = pow2(rn)
+    limit = PERSISTENT_MAX_RBLOCK.get(min(itemsize, 8), 4096) if inner else OUTER_PERSISTENT_MAX_RBLOCK
+    # one pass over r reads each row once either way: long rows then loop, so
+    # that the block size along r can be tuned (one iteration = persistent)
+    one_pass = all(m.phase <= 1 for m in kernel.members)
+    persistent = rblock <= limit and not (gpu and inner and one_pass and rblock >= LOOPED_MIN_RBLOCK)
+    p = Plan(True, persistent=persistent, inner=inner)
+    if p.persistent:
+        p.configs = [_persistent_config(xn, rblock, inner, gpu, itemsize)]
+        return p
+    splittable = _can_split(kernel)
+    configs = _looped_configs(xn, rn, inner, gpu, itemsize, wide=splittable)
+    xblocks = cdiv(xn, configs[0]["XBLOCK"])
+    iterations = rn // configs[0]["RBLOCK"]
+    if xblocks < 2 * SM_COUNT and iterations >= 2 * SPLIT_MIN_ITERATIONS and splittable:
+        p.split = max(1, min(cdiv(4 * SM_COUNT, xblocks), iterations // SPLIT_MIN_ITERATIONS))
+    p.configs = [dict(c, grid=cdiv(xn, c["XBLOCK"]) * p.split) for c in configs]
+    return p
+
+
+def _can_split(kernel: FusedKernel) -> bool:
+    """One pass over r, then per-row code only: the last program can finish it."""
+    for m in kernel.members:
+        if m.role == "reduction" and (m.phase != 0 or m.node.buffer.reduction_type not in REDUCTIONS_THAT_SPLIT):
+            return False
+        if m.phase > 1:
+            return False
+    return True
+
+
+# -- pointwise ---------------------------------------------------------------------------------
+
+
+def _pointwise_configs(xn: int, gpu: bool, itemsize: int) -> list:
+    if not gpu:  # the interpreter pays per op and per program: few, big programs
+        xb = min(pow2(xn), 1 << 16)
+        return [dict(XBLOCK=xb, num_warps=1, grid=cdiv(xn, xb))]
+    def cfg(xb, warps):
+        return dict(XBLOCK=xb, num_warps=warps, num_stages=1, grid=cdiv(xn, xb))
+
+    xb = 1024 * max(1, 4 // itemsize)  # 32 bytes per thread and access with 4 warps
+    while xb > 128 and cdiv(xn, xb) < SM_COUNT:
+        xb //= 2
+    xb = min(xb, pow2(xn))
+    out = [cfg(xb, 4 if xb * itemsize >= 2048 else 2 if xb * itemsize >= 1024 else 1)]
+    if xn >= AUTOTUNE_MIN_ELEMENTS:  # more bytes in flight per thread
+        out += [cfg(2 * xb, 4), cfg(2 * xb, 8)]
+    return out
+
+
+def _tiled_configs(yn: int, xn: int, gpu: bool, itemsize: int) -> list:
+    def cfg(yb, xb, w):
+        yb, xb = min(yb, pow2(yn)), min(xb, pow2(xn))
+        return dict(YBLOCK=yb, XBLOCK=xb, num_warps=w, num_stages=1, grid=cdiv(yn, yb) * cdiv(xn, xb))
+
+    if not gpu:
+        return [cfg(64, 64, 1)]
+    out = [cfg(64, 64, 8)]
+    if yn * xn >= AUTOTUNE_MIN_ELEMENTS:
+        out += [cfg(32, 32, 4), cfg(32, 128, 8)]
+    return out
+
+
+def choose_tile(kernel: FusedKernel) -> int | None:
+    """The inner size n of a 2-D tiling x0 = n * y0 + x0 under which every access is
+    affine, some contiguous along x0 and some along y0; None when 1-D is as good."""
+    indices = _indices(kernel)
+    candidates = set()
+    for idx in indices:
+        for f in idx.atoms(FloorDiv, ModularIndexing):
+            if X not in f.free_symbols:
+                continue
+            if isinstance(f, FloorDiv):
+                candidates.add(int(f.args[1]))
+            else:
+                candidates |= {int(f.args[1]), int(f.args[1] * f.args[2])}
+    xn = kernel.xnumel
+    for n in sorted(candidates):
+        if n < TILE_MIN or xn % n or xn // n < TILE_MIN:
+            continue
+        ranges = {Y: xn // n, X: n}
+        along_x = along_y = False
+        for idx in indices:
+            e = simplify_with_ranges(idx.xreplace({X: n * Y + X}), ranges)
+            if any(f.free_symbols & {X, Y} for f in e.atoms(FloorDiv, ModularIndexing)):
+                break
+            along_x |= e.coeff(X) == 1
+            along_y |= e.coeff(Y) == 1 and e.coeff(X) not in (0, 1)  # a transposed access
+        else:
+            if along_x and along_y:
+                return n
+    return None
+
+
+def _indices(kernel: FusedKernel) -> list:
+    out = []
+    for m in kernel.members:
+        if m.stored:
+            out.append(sympy.expand(m.store_index))
+        for e in m.value.walk():
+            if e.op == "load" and not e.args[2] and e.args[0] not in {k.node.name for k in kernel.members}:
+                out.append(sympy.expand(e.args[1]))
+    return [i for i in out if X in i.free_symbols]
+
+
+# -- reductions -----------------------------------------------------------------------------------
+
+
+def reduces_contiguous(kernel: FusedKernel) -> bool:
+    """True when the reduced dim is the contiguous one in most loads."""
+    names = {m.node.name for m in kernel.members}
+    votes = 0
+    for m in kernel.members:
+        for e in m.value.walk():
+            if e.op == "load" and e.args[0] not in names:
+                idx = sympy.expand(e.args[1])
+                if R in idx.free_symbols:
+                    votes += 1 if idx.coeff(R) == 1 else -1
+    return votes >= 0
+
+
+def _fill(xn: int, xb: int, floor: int) -> int:
+    """Fewer rows per program while the grid is too small to fill the GPU."""
+    while xb > floor and cdiv(xn, xb) < 2 * SM_COUNT:
+        xb //= 2
+    return xb
+
+
+def _warps(elems: int, itemsize: int, lo: int = 2, hi: int = 16) -> int:
+    return min(hi, max(lo, elems * itemsize // 2048))
+
+
+def _persistent_config(xn: int, rblock: int, inner: bool, gpu: bool, itemsize: int) -> dict:
+    if not gpu:
+        xb = max(1, min(pow2(xn), (1 << 14) // rblock))
+        return dict(XBLOCK=xb, RBLOCK=rblock, num_warps=1, grid=cdiv(xn, xb))
+    if inner:
+        xb = _fill(xn, max(1, min(pow2(xn), (16384 // itemsize) // rblock, 64)), 1)
+        warps = _warps(xb * rblock, itemsize)
+    else:  # a short strided dim: wide in x, so each row of the block is coalesced
+        xb = _fill(xn, max(1, min(pow2(xn), 4096 // rblock, 1024)), 8)
+        warps = _warps(xb * rblock, itemsize, hi=8)
+    return dict(XBLOCK=xb, RBLOCK=rblock, num_warps=warps, num_stages=1, grid=cdiv(xn, xb))
+
+
+def _looped_configs(xn: int, rn: int, inner: bool, gpu: bool, itemsize: int, wide: bool) -> list:
+    """`wide`: a split will fill the GPU, so strided reductions can take wide
+    blocks of contiguous x (long bursts) rather than more, narrower ones."""
+    def cfg(xb, rb, w):
+        return dict(XBLOCK=xb, RBLOCK=rb, num_warps=w, num_stages=1)
+
+    if not gpu:
+        rb = min(pow2(rn), 1024)
+        return [cfg(max(1, min(pow2(xn), (1 << 14) // rb)), rb, 1)]
+    big = xn * rn >= AUTOTUNE_MIN_ELEMENTS
+    if inner:
+        rb = min(pow2(rn), 8192 // itemsize)
+        out = [cfg(1, rb, _warps(rb, itemsize))]
+        if big:
+            out.append(cfg(1, rb // 2, _warps(rb // 2, itemsize)))
+            if rb * 2 <= pow2(rn):
+                out.append(cfg(1, rb * 2, _warps(rb * 2, itemsize)))
+        return out
+    # rows of x are contiguous: 8 floats fill a 32-byte sector, 128 make 512-byte bursts
+    xb = min(pow2(xn), 128) if wide else _fill(xn, min(pow2(xn), 64), 8)
+    rb = max(4, 2048 // xb)
+    out = [cfg(xb, rb, 4)]
+    if big:
+        out += [cfg(max(1, xb // 2), rb * 2, 4), cfg(xb, rb * 2, 8)]
+    return out

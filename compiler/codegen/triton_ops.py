@@ -1,0 +1,237 @@
+"""Triton source for scalar operations: dtypes, index expressions, unary and
+binary ops (libdevice where triton.language has no precise op), the helper
+@triton.jit functions kernels may call, and reduction identities."""
+from __future__ import annotations
+
+import math
+
+import sympy
+import torch
+
+from ..index import FloorDiv, ModularIndexing
+
+TL_DTYPE = {
+    torch.float32: "tl.float32",
+    torch.float64: "tl.float64",
+    torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16",
+    torch.int64: "tl.int64",
+    torch.int32: "tl.int32",
+    torch.int16: "tl.int16",
+    torch.int8: "tl.int8",
+    torch.uint8: "tl.uint8",
+    torch.bool: "tl.int1",
+}
+
+
+# -- index printing -----------------------------------------------------------------
+
+
+def texpr(e: sympy.Expr, names: dict | None = None) -> str:
+    """Print an index expression as Triton code (ints are non-negative, so
+    `//` and `%` agree with FloorDiv/ModularIndexing)."""
+    names = names or {}
+    e = sympy.sympify(e)
+    if e.is_Integer:
+        return str(int(e))
+    if e.is_Symbol:
+        return names.get(e, e.name)
+    if isinstance(e, sympy.Add):
+        terms = sorted(e.args, key=lambda t: (t.is_Number, sympy.default_sort_key(t)))
+        out = texpr(terms[0], names)
+        for t in terms[1:]:
+            c, rest = t.as_coeff_Mul()
+            if c.is_Number and c < 0:
+                neg = -t
+                out += f" - {_paren(neg, names)}"
+            else:
+                out += f" + {texpr(t, names)}"
+        return out
+    if isinstance(e, sympy.Mul):
+        c, rest = e.as_coeff_Mul()
+        factors = sympy.Mul.make_args(rest)
+        parts = [_paren(f, names) for f in factors]
+        if c != 1:
+            parts.insert(0, str(int(c)) if c.is_Integer else f"({c})")
+        return " * ".join(parts)
+    if isinstance(e, FloorDiv):
+        return f"({_paren(e.args[0], names)} // {int(e.args[1])})"
+    if isinstance(e, ModularIndexing):
+        a, div, mod = e.args
+        inner = _paren(a, names) if div == 1 else f"({_paren(a, names)} // {int(div)})"
+        return f"({inner} % {int(mod)})"
+    if isinstance(e, (sympy.Min, sympy.Max)):
+        fn = "tl.minimum" if isinstance(e, sympy.Min) else "tl.maximum"
+        out = texpr(e.args[0], names)
+        for a in e.args[1:]:
+            out = f"{fn}({out}, {texpr(a, names)})"
+        return out
+    if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+        return " * ".join([_paren(e.base, names)] * int(e.exp))
+    raise NotImplementedError(f"Triton index printer: {e!r}")
+
+
+def _paren(e, names) -> str:
+    s = texpr(e, names)
+    return f"({s})" if isinstance(e, (sympy.Add,)) else s
+
+
+# -- scalar ops ------------------------------------------------------------------------
+
+LIBDEVICE_UNARY = {
+    "expm1", "log10", "log1p", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
+    "asinh", "acosh", "atanh", "erfc", "erfinv", "lgamma", "trunc",
+}
+TL_UNARY = {"exp": "tl.exp", "log": "tl.log", "log2": "tl.log2", "sin": "tl.sin", "cos": "tl.cos",
+            "floor": "tl.floor", "ceil": "tl.ceil", "erf": "tl.erf", "abs": "tl.abs"}
+LIBDEVICE_BINARY = {"atan2", "hypot", "copysign", "nextafter"}
+
+
+def unary(op: str, a: str, t: torch.dtype) -> str:
+    fp = t.is_floating_point
+    if op in TL_UNARY and (fp or op == "abs"):
+        return f"{TL_UNARY[op]}({a})"
+    if op in LIBDEVICE_UNARY:
+        return f"libdevice.{op}({a})"
+    simple = {
+        "neg": f"-{a}",
+        "sigmoid": f"1.0 / (1.0 + tl.exp(-{a}))",
+        "exp2": f"libdevice.exp2({a})",
+        "sqrt": f"libdevice.sqrt({a})",
+        "rsqrt": f"libdevice.rsqrt({a})",
+        "reciprocal": f"1.0 / {a}",
+        "round": f"libdevice.nearbyint({a})",
+        "sign": f"tl.where({a} > 0, 1, tl.where({a} < 0, -1, 0)).to({TL_DTYPE[t]})",
+        "relu": f"tl.where({a} < 0, 0, {a})",
+        "bitwise_not": f"~{a}",
+        "logical_not": f"{a} == 0",
+        "isnan": f"{a} != {a}",
+        "isinf": f"tl.abs({a}) == float('inf')",
+        "signbit": f"libdevice.signbit({a}) != 0" if fp else f"{a} < 0",
+    }
+    if op in simple:
+        return simple[op]
+    if op in ("floor", "ceil", "trunc"):
+        return a  # integer input: identity
+    raise NotImplementedError(f"Triton codegen has no unary op {op!r}")
+
+
+def binary(op: str, a: str, b: str, t: torch.dtype) -> str:
+    fp = t.is_floating_point
+    simple = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
+              "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+    if op in simple:
+        return f"{a} {simple[op]} {b}"
+    if op == "truediv":
+        return f"{a} / {b}"
+    if op == "logical_and":
+        return f"({a} != 0) & ({b} != 0)"
+    if op == "logical_or":
+        return f"({a} != 0) | ({b} != 0)"
+    if op == "logical_xor":
+        return f"({a} != 0) ^ ({b} != 0)"
+    if op == "maximum":  # NaN-propagating, as torch.maximum
+        return f"tl.where(({a} > {b}) | ({a} != {a}), {a}, {b})"
+    if op == "minimum":
+        return f"tl.where(({a} < {b}) | ({a} != {a}), {a}, {b})"
+    if op == "fmax":
+        return f"tl.where(({a} >= {b}) | ({b} != {b}), {a}, {b})"
+    if op == "fmin":
+        return f"tl.where(({a} <= {b}) | ({b} != {b}), {a}, {b})"
+    if op == "floordiv":
+        return f"_floordiv({a}, {b})"
+    if op == "truncdiv":
+        return f"_truncdiv({a}, {b})"
+    if op == "remainder":
+        return f"{a} - tl.floor({a} / {b}) * {b}" if fp else f"_int_remainder({a}, {b})"
+    if op == "fmod":
+        return f"libdevice.fmod({a}, {b})" if fp else f"_int_fmod({a}, {b})"
+    if op == "pow":
+        if not fp:
+            raise NotImplementedError("integer pow in Triton codegen")
+        return f"libdevice.pow({a}, {b})"
+    if op in LIBDEVICE_BINARY:
+        return f"libdevice.{op}({a}, {b})"
+    raise NotImplementedError(f"Triton codegen has no binary op {op!r}")
+
+
+# @triton.jit helpers the kernels may call, and the helpers each one calls
+HELPERS = {
+    "_floordiv": """@triton.jit
+def _floordiv(a, b):
+    q = _truncdiv(a, b)
+    r = a - q * b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), q - 1, q)
+""",
+    "_truncdiv": """@triton.jit
+def _truncdiv(a, b):
+    # C division whatever the backend's `//` does (the interpreter floors)
+    q = tl.abs(a) // tl.abs(b)
+    return tl.where((a < 0) != (b < 0), -q, q)
+""",
+    "_int_fmod": """@triton.jit
+def _int_fmod(a, b):
+    return a - _truncdiv(a, b) * b
+""",
+    "_int_remainder": """@triton.jit
+def _int_remainder(a, b):
+    r = _int_fmod(a, b)
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+""",
+    "_max_nan": """@triton.jit
+def _max_nan(a, b):
+    return tl.where((a > b) | (a != a), a, b)
+""",
+    "_min_nan": """@triton.jit
+def _min_nan(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+""",
+    "_prod": """@triton.jit
+def _prod(a, b):
+    return a * b
+""",
+    "_argmax": """@triton.jit
+def _argmax(a, ia, b, ib):
+    a_nan = a != a
+    b_nan = b != b
+    better = (a > b) | (a_nan & ~b_nan)
+    tie = ((a == b) | (a_nan & b_nan)) & (ia < ib)
+    pick = better | tie
+    return tl.where(pick, a, b), tl.where(pick, ia, ib)
+""",
+    "_argmin": """@triton.jit
+def _argmin(a, ia, b, ib):
+    a_nan = a != a
+    b_nan = b != b
+    better = (a < b) | (a_nan & ~b_nan)
+    tie = ((a == b) | (a_nan & b_nan)) & (ia < ib)
+    pick = better | tie
+    return tl.where(pick, a, b), tl.where(pick, ia, ib)
+""",
+}
+HELPER_DEPS = {"_floordiv": ["_truncdiv"], "_int_fmod": ["_truncdiv"], "_int_remainder": ["_int_fmod", "_truncdiv"]}
+
+
+def literal(value, dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "True" if value else "False"
+    if dtype.is_floating_point:
+        v = float(value)
+        if math.isnan(v):
+            return "float('nan')"
+        if math.isinf(v):
+            return "float('inf')" if v > 0 else "float('-inf')"
+        return repr(v)
+    return str(int(value))
+
+
+REDUCTION_INIT = {
+    "sum": lambda t: literal(0, t),
+    "prod": lambda t: literal(1, t),
+    "max": lambda t: literal(float("-inf"), t) if t.is_floating_point else str(torch.iinfo(t).min) if t != torch.bool else "False",
+    "min": lambda t: literal(float("inf"), t) if t.is_floating_point else str(torch.iinfo(t).max) if t != torch.bool else "True",
+    "any": lambda t: "False",
+    "all": lambda t: "True",
+}
+REDUCTION_INIT["argmax"] = REDUCTION_INIT["max"]
+REDUCTION_INIT["argmin"] = REDUCTION_INIT["min"]

@@ -1,0 +1,387 @@
+"""Op coverage: every lowered op family x dtype x shape, compiled with the fusion
+backend and compared with eager on random data.
+
+To keep g++ builds few, each test compiles one function that applies a whole
+family of ops to the same inputs (they fuse into one kernel, or a few); every
+output is compared on its own and a failure names each op that differs.
+Every test also asserts that no op fell back to ATen, so losing a lowering fails."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
+
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+DTYPES = FLOATS + [torch.int32, torch.int64, torch.bool]
+
+
+def dtype_id(d):
+    return str(d).replace("torch.", "")
+
+
+def rand(shape, dtype, kind="real", gen=None):
+    """Random values of `kind`, the domain an op needs: real, pos (> 0), unit (|x| < 1),
+    ge1 (>= 1), frac01 (0 < x < 1), nonzero, small (|x| <= 2, for products and powers)."""
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=gen) > 0.5
+    if not dtype.is_floating_point:
+        lo, hi = {"real": (-20, 20), "pos": (1, 20), "unit": (-1, 2), "ge1": (1, 20), "frac01": (0, 2),
+                  "nonzero": (1, 6), "small": (-2, 3)}[kind]
+        x = torch.randint(lo, hi, shape, generator=gen, dtype=dtype)
+        if kind == "nonzero":
+            x = x * (torch.randint(0, 2, shape, generator=gen, dtype=dtype) * 2 - 1)
+        return x
+    u = torch.rand(shape, generator=gen, dtype=torch.float64)
+    x = {
+        "real": torch.randn(shape, generator=gen, dtype=torch.float64) * 2,
+        "pos": u * 4 + 0.1,
+        "unit": u * 1.8 - 0.9,
+        "ge1": u * 4 + 1,
+        "frac01": u * 0.9 + 0.05,
+        "nonzero": (u + 0.25) * torch.where(torch.rand(shape, generator=gen) > 0.5, 1.0, -1.0).double(),
+        "small": u * 1.0 + 0.5,
+    }[kind]
+    return x.to(dtype)
+
+
+def laid_out(make, shape, layout):
+    """make(shape) in a layout: 'contiguous', or 'transposed' (non-contiguous:
+    the same shape read through reversed strides)."""
+    if layout == "transposed" and len(shape) > 1:
+        return make(tuple(reversed(shape))).permute(*reversed(range(len(shape))))
+    return make(shape)
+
+
+def eager_ok(fn, *args) -> bool:
+    """The op accepts these dtypes in eager PyTorch (else it is not tested for them)."""
+    try:
+        fn(*args)
+        return True
+    except (RuntimeError, TypeError, NotImplementedError):
+        return False
+
+
+def run_family(check_compiled, table, inputs, min_ops=1):
+    """Compile one function returning every op of `table` that eager accepts on
+    `inputs`; compare each; assert no fallback. table: name -> fn(*inputs)."""
+    ops = {n: f for n, f in table.items() if eager_ok(f, *inputs)}
+    assert len(ops) >= min_ops, f"only {sorted(ops)} accept these inputs"
+    fns = list(ops.values())
+    cap = check_compiled(lambda *xs: tuple(f(*xs) for f in fns), *inputs, names=list(ops))
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    assert cap.kernels, "nothing was generated"
+    return cap
+
+
+# ---------------------------------------------------------------------------
+# unary elementwise
+
+# name -> (fn, domain)
+UNARY = {
+    "abs": (torch.abs, "real"), "neg": (torch.neg, "real"), "exp": (torch.exp, "real"),
+    "exp2": (torch.exp2, "real"), "expm1": (torch.expm1, "real"), "log": (torch.log, "pos"),
+    "log2": (torch.log2, "pos"), "log10": (torch.log10, "pos"), "log1p": (torch.log1p, "pos"),
+    "sqrt": (torch.sqrt, "pos"), "rsqrt": (torch.rsqrt, "pos"), "sin": (torch.sin, "real"),
+    "cos": (torch.cos, "real"), "tan": (torch.tan, "unit"), "asin": (torch.asin, "unit"),
+    "acos": (torch.acos, "unit"), "atan": (torch.atan, "real"), "sinh": (torch.sinh, "real"),
+    "cosh": (torch.cosh, "real"), "tanh": (torch.tanh, "real"), "asinh": (torch.asinh, "real"),
+    "acosh": (torch.acosh, "ge1"), "atanh": (torch.atanh, "unit"), "erf": (torch.erf, "real"),
+    "erfc": (torch.erfc, "real"), "erfinv": (torch.erfinv, "unit"), "lgamma": (torch.lgamma, "pos"),
+    "sigmoid": (torch.sigmoid, "real"), "reciprocal": (torch.reciprocal, "pos"),
+    "floor": (torch.floor, "real"), "ceil": (torch.ceil, "real"), "trunc": (torch.trunc, "real"),
+    "round": (torch.round, "real"), "sign": (torch.sign, "real"), "frac": (torch.frac, "real"),
+    "square": (torch.square, "real"), "relu": (torch.relu, "real"), "bitwise_not": (torch.bitwise_not, "real"),
+    "logical_not": (torch.logical_not, "real"), "isnan": (torch.isnan, "real"), "isinf": (torch.isinf, "real"),
+    "isfinite": (torch.isfinite, "real"), "signbit": (torch.signbit, "real"), "nan_to_num": (torch.nan_to_num, "real"),
+    "deg2rad": (torch.deg2rad, "real"), "logit": (torch.logit, "frac01"), "sinc": (torch.sinc, "real"),
+    "gelu": (F.gelu, "real"), "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), "real"),
+    "silu": (F.silu, "real"), "softplus": (F.softplus, "real"), "mish": (F.mish, "real"),
+    "elu": (F.elu, "real"), "selu": (F.selu, "real"), "leaky_relu": (lambda x: F.leaky_relu(x, 0.1), "real"),
+    "relu6": (F.relu6, "real"), "hardtanh": (F.hardtanh, "real"), "hardsigmoid": (F.hardsigmoid, "real"),
+    "hardswish": (F.hardswish, "real"), "logsigmoid": (F.logsigmoid, "real"), "softsign": (F.softsign, "real"),
+    "hardshrink": (F.hardshrink, "real"), "tanhshrink": (F.tanhshrink, "real"),
+}
+DOMAINS = ["real", "pos", "unit", "ge1", "frac01"]
+SHAPES = {"7": (7,), "33x65": (33, 65), "3x5x7-transposed": (3, 5, 7), "0-d": ()}
+
+
+def test_unary_ops_are_all_valid_for_float32_or_int64():
+    x = {d: rand((3,), torch.float32, d) for d in DOMAINS}
+    i = {d: rand((3,), torch.int64, d) for d in DOMAINS}
+    assert [n for n, (f, d) in UNARY.items() if not (eager_ok(f, x[d]) or eager_ok(f, i[d]))] == []
+
+
+@pytest.mark.parametrize("shape", list(SHAPES), ids=list(SHAPES))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_unary(check_compiled, dtype, shape):
+    torch.manual_seed(0)
+    size, layout = SHAPES[shape], "transposed" if "transposed" in shape else "contiguous"
+    # one input holds every domain (x[k] is domain k): all ops read it, so they share one kernel
+    if layout == "transposed":
+        x = torch.stack([rand(size[::-1], dtype, d) for d in DOMAINS]).permute(0, *range(len(size), 0, -1))
+        assert not x[0].is_contiguous()
+    else:
+        x = torch.stack([rand(size, dtype, d) for d in DOMAINS])
+    table = {n: (lambda x, f=f, k=DOMAINS.index(d): f(x[k])) for n, (f, d) in UNARY.items()}
+    run_family(check_compiled, table, [x], min_ops=5)
+
+
+# ---------------------------------------------------------------------------
+# binary elementwise, broadcasting, scalars
+
+
+def _pos(b):
+    return b.abs() if b.dtype != torch.bool else b
+
+
+BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "floor_divide": torch.floor_divide,
+    "div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "div_floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "remainder": torch.remainder, "fmod": torch.fmod,
+    "pow": lambda a, b: torch.pow(a.abs() + 1 if a.dtype.is_floating_point else a, _pos(b)),
+    "maximum": torch.maximum, "minimum": torch.minimum, "fmax": torch.fmax, "fmin": torch.fmin,
+    "atan2": torch.atan2, "hypot": torch.hypot, "copysign": torch.copysign, "nextafter": torch.nextafter,
+    "xlogy": lambda a, b: torch.xlogy(a, b.abs()), "logaddexp": torch.logaddexp, "logaddexp2": torch.logaddexp2,
+    "ldexp": lambda a, b: torch.ldexp(a, b.round()), "heaviside": torch.heaviside,
+    "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or, "bitwise_xor": torch.bitwise_xor,
+    "shift_left": lambda a, b: torch.bitwise_left_shift(a, _pos(b)),
+    "shift_right": lambda a, b: torch.bitwise_right_shift(a, _pos(b)),
+    "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
+    "logical_and": torch.logical_and, "logical_or": torch.logical_or, "logical_xor": torch.logical_xor,
+    "add_alpha": lambda a, b: torch.add(a, b, alpha=3), "sub_alpha": lambda a, b: torch.sub(a, b, alpha=2),
+    "rsub": torch.rsub, "lerp": lambda a, b: torch.lerp(a, b, 0.3),
+    "where": lambda a, b: torch.where(a > b, a, b), "clamp_min_tensor": lambda a, b: torch.clamp(a, min=b),
+    # results feeding further ops in the same kernel (bool arithmetic must stay 0/1)
+    "add_then_eq": lambda a, b: (a + b) == b, "mul_then_add": lambda a, b: (a * b + a).to(torch.float32),
+}
+BINARY_SHAPES = {
+    "33x65": ((33, 65), (33, 65), "contiguous"),
+    "broadcast-transposed": ((3, 5, 7), (5, 1), "transposed"),
+    "0-d-and-7": ((), (7,), "contiguous"),
+    "0-d": ((), (), "contiguous"),
+}
+
+
+def test_binary_ops_are_all_valid_for_float32_or_int64():
+    a, b = rand((3,), torch.float32), rand((3,), torch.float32, "nonzero")
+    ia, ib = rand((3,), torch.int64), rand((3,), torch.int64, "nonzero")
+    assert [n for n, f in BINARY.items() if not (eager_ok(f, a, b) or eager_ok(f, ia, ib))] == []
+
+
+@pytest.mark.parametrize("shapes", list(BINARY_SHAPES), ids=list(BINARY_SHAPES))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_binary(check_compiled, dtype, shapes):
+    torch.manual_seed(1)
+    sa, sb, layout = BINARY_SHAPES[shapes]
+    a = laid_out(lambda s: rand(s, dtype), sa, layout)
+    b = rand(sb, dtype, "nonzero" if dtype != torch.bool else "real")  # no integer division by zero
+    run_family(check_compiled, BINARY, [a, b], min_ops=10)
+
+
+SCALAR = {
+    "mul_int": lambda a: a * 3, "add_float": lambda a: a + 2.5, "div": lambda a: a / 3,
+    "floordiv_neg": lambda a: a // -3, "remainder": lambda a: a % 3, "rpow": lambda a: 2 ** a,
+    "square": lambda a: a ** 2, "cube": lambda a: a ** 3, "pow_frac": lambda a: a.abs() ** 1.7,
+    "pow_neg": lambda a: (a.abs() + 1) ** -1, "sqrt_pow": lambda a: a.abs() ** 0.5, "rsub": lambda a: 1.5 - a,
+    "eq": lambda a: a == 1, "lt": lambda a: a < 0.5, "clamp": lambda a: a.clamp(-1, 2),
+    "clamp_min": lambda a: a.clamp(min=0), "where_scalar": lambda a: torch.where(a > 0, a, 0.5),
+    "and_true": lambda a: a & True, "mul_bool": lambda a: a * True,
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_scalar_arguments(check_compiled, dtype):
+    torch.manual_seed(2)
+    a = rand((17, 9), dtype, "small" if not dtype.is_floating_point else "real")
+    run_family(check_compiled, SCALAR, [a], min_ops=5)
+
+
+TERNARY = {
+    "where": lambda c, a, b: torch.where(c > 0, a, b),
+    "clamp": lambda c, a, b: torch.clamp(c, torch.minimum(a, b), torch.maximum(a, b)),
+    "lerp": lambda c, a, b: torch.lerp(a, b, c),
+    "addcmul": lambda c, a, b: torch.addcmul(c, a, b, value=2),
+    "addcdiv": lambda c, a, b: torch.addcdiv(c, a, b, value=0.5),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_ternary_with_broadcast(check_compiled, dtype):
+    torch.manual_seed(3)
+    c = rand((3, 1, 7), dtype)
+    a = laid_out(lambda s: rand(s, dtype), (5, 7), "transposed")
+    b = rand((7,), dtype, "nonzero" if dtype != torch.bool else "real")
+    run_family(check_compiled, TERNARY, [c, a, b], min_ops=1)
+
+
+# ---------------------------------------------------------------------------
+# casts and type promotion
+
+
+@pytest.mark.parametrize("src", DTYPES, ids=dtype_id)
+def test_casts(check_compiled, src):
+    torch.manual_seed(4)
+    x = laid_out(lambda s: (rand(s, torch.float64) * 30).to(src), (9, 13), "transposed")
+    table = {f"to_{dtype_id(d)}": (lambda x, d=d: x.to(d)) for d in DTYPES}
+    run_family(check_compiled, table, [x], min_ops=len(DTYPES))
+
+
+def test_type_promotion(check_compiled):
+    torch.manual_seed(5)
+    ins = [
+        rand((5, 7), torch.int32), rand((7,), torch.float16), rand((5, 7), torch.int64), rand((5, 1), torch.float32),
+        rand((7,), torch.bool), rand((5, 7), torch.bfloat16), rand((), torch.float64), rand((5, 7), torch.float64),
+    ]
+    table = {
+        "int32+float16": lambda i32, f16, i64, f32, b, bf16, d0, f64: i32 + f16,
+        "int64*float32": lambda i32, f16, i64, f32, b, bf16, d0, f64: i64 * f32,
+        "bool+int32": lambda i32, f16, i64, f32, b, bf16, d0, f64: b + i32,
+        "float16+bfloat16": lambda i32, f16, i64, f32, b, bf16, d0, f64: f16 + bf16,
+        "float32+float64": lambda i32, f16, i64, f32, b, bf16, d0, f64: f32 + f64,
+        "0-d float64 + float32": lambda i32, f16, i64, f32, b, bf16, d0, f64: d0 + f32,
+        "0-d float64 * int32": lambda i32, f16, i64, f32, b, bf16, d0, f64: d0 * i32,
+        "int32 / int64": lambda i32, f16, i64, f32, b, bf16, d0, f64: i32 / (i64.abs() + 1),
+        "int32 * 1.5": lambda i32, f16, i64, f32, b, bf16, d0, f64: i32 * 1.5,
+        "bool * 3": lambda i32, f16, i64, f32, b, bf16, d0, f64: b * 3,
+        "bfloat16 where float16": lambda i32, f16, i64, f32, b, bf16, d0, f64: torch.where(b, bf16, f16),
+    }
+    run_family(check_compiled, table, ins, min_ops=len(table))
+
+
+# ---------------------------------------------------------------------------
+# reductions
+
+
+def _one(d):
+    return d[0] if isinstance(d, tuple) else d
+
+
+REDUCTIONS = {
+    "sum": lambda x, d, k: x.sum(d, keepdim=k) if d is not None else x.sum(),
+    "mean": lambda x, d, k: x.mean(d, keepdim=k) if d is not None else x.mean(),
+    "prod": lambda x, d, k: x.prod(_one(d), keepdim=k) if d is not None else x.prod(),
+    "amax": lambda x, d, k: x.amax(d if d is not None else (), keepdim=k),
+    "amin": lambda x, d, k: x.amin(d if d is not None else (), keepdim=k),
+    "max": lambda x, d, k: x.max(_one(d), keepdim=k) if d is not None else x.max(),
+    "min": lambda x, d, k: x.min(_one(d), keepdim=k) if d is not None else x.min(),
+    "argmax": lambda x, d, k: x.argmax(_one(d), keepdim=k),
+    "argmin": lambda x, d, k: x.argmin(_one(d), keepdim=k),
+    "any": lambda x, d, k: x.any(d, keepdim=k) if d is not None else x.any(),
+    "all": lambda x, d, k: x.all(d, keepdim=k) if d is not None else x.all(),
+    "var": lambda x, d, k: x.var(d, keepdim=k),
+    "std": lambda x, d, k: x.std(d, keepdim=k, correction=0),
+    "var_mean": lambda x, d, k: torch.var_mean(x, d, keepdim=k),
+    "logsumexp": lambda x, d, k: torch.logsumexp(x, d if d is not None else tuple(range(x.ndim)), keepdim=k),
+    "vector_norm": lambda x, d, k: torch.linalg.vector_norm(x, 2, d, keepdim=k),
+}
+# single-dim reductions take the first of several dims
+REDUCTION_SHAPES = {
+    "3x5x7": ((3, 5, 7), "contiguous", [(None, False), ((1,), True), ((0, 2), False), ((-1,), False)]),
+    "33x65-transposed": ((33, 65), "transposed", [((0,), False), ((1,), True), (None, False)]),
+    "0-d": ((), "contiguous", [(None, False), ((0,), True)]),
+    "3x11001-parallel": ((3, 11001), "contiguous", [((1,), False), (None, False)]),
+}
+
+
+# long rows (the row-parallel path): one float, one half, one int type and bool are enough
+REDUCTION_CASES = [(d, s) for d in DTYPES for s in REDUCTION_SHAPES
+                   if not (s == "3x11001-parallel" and d in (torch.float64, torch.int64, torch.bfloat16))]
+
+
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom")  # var of one element, in eager
+@pytest.mark.parametrize("dtype, shape", REDUCTION_CASES, ids=[f"{dtype_id(d)}-{s}" for d, s in REDUCTION_CASES])
+def test_reductions(check_compiled, dtype, shape):
+    size, layout, dims = REDUCTION_SHAPES[shape]
+    torch.manual_seed(6)
+    x = laid_out(lambda s: rand(s, dtype), size, layout)
+    p = laid_out(lambda s: rand(s, dtype, "small"), size, layout)  # products stay finite
+    table = {}
+    for n, f in REDUCTIONS.items():
+        for d, k in dims:
+            table[f"{n}(dim={d}, keepdim={k})"] = lambda x, p, f=f, d=d, k=k, n=n: f(p if n == "prod" else x, d, k)
+    tol = None
+    if dtype == torch.float16:
+        tol = dict(rtol=5e-3, atol=5e-3)  # eager accumulates some half reductions (prod) in half, we in float
+    if dtype in (torch.float16, torch.bfloat16) and size == (3, 11001):
+        tol = dict(rtol=2e-2, atol=2e-1)  # long half sums: eager's and our summation orders differ
+    ops = {n: f for n, f in table.items() if eager_ok(f, x, p)}
+    cap = check_compiled(lambda x, p: tuple(f(x, p) for f in ops.values()), x, p, names=list(ops), tol=tol)
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    assert len(ops) >= len(dims) * 4
+
+
+# ---------------------------------------------------------------------------
+# softmax and normalizations (decomposed into pointwise + reductions)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+@pytest.mark.parametrize("dtype", FLOATS, ids=dtype_id)
+def test_softmax_and_norms(check_compiled, dtype, layout):
+    torch.manual_seed(7)
+    x = laid_out(lambda s: rand(s, dtype), (3, 10, 7), layout)
+    w, b = rand((7,), dtype), rand((7,), dtype)
+    cw, cb = rand((10,), dtype), rand((10,), dtype)
+    mean, var = rand((10,), dtype), rand((10,), dtype, "pos")
+    table = {
+        "softmax(-1)": lambda x, w, b, cw, cb, mean, var: x.softmax(-1),
+        "softmax(0)": lambda x, w, b, cw, cb, mean, var: x.softmax(0),
+        "log_softmax(-1)": lambda x, w, b, cw, cb, mean, var: F.log_softmax(x, -1),
+        "log_softmax(1)": lambda x, w, b, cw, cb, mean, var: F.log_softmax(x, 1),
+        "layer_norm": lambda x, w, b, cw, cb, mean, var: F.layer_norm(x, (7,), w, b),
+        "layer_norm(2 dims, no affine)": lambda x, w, b, cw, cb, mean, var: F.layer_norm(x, (10, 7)),
+        "rms_norm": lambda x, w, b, cw, cb, mean, var: F.rms_norm(x, (7,), w, eps=1e-6),
+        "group_norm": lambda x, w, b, cw, cb, mean, var: F.group_norm(x, 5, cw, cb),
+        "batch_norm(eval)": lambda x, w, b, cw, cb, mean, var: F.batch_norm(x, mean, var, cw, cb, training=False),
+    }
+    fns = list(table.values())
+    tol = dict(rtol=2e-2, atol=3e-2) if dtype == torch.bfloat16 else dict(rtol=5e-3, atol=5e-3) if dtype == torch.float16 else None
+    cap = check_compiled(lambda *a: tuple(f(*a) for f in fns), x, w, b, cw, cb, mean, var, names=list(table), tol=tol)
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+
+
+# ---------------------------------------------------------------------------
+# externs and fallbacks
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=dtype_id)
+def test_externs(check_compiled, dtype):
+    torch.manual_seed(8)
+    a, b, c = rand((3, 5), dtype), rand((5, 4), dtype), rand((4,), dtype)
+    img, w, bias = rand((2, 3, 6, 7), dtype), rand((4, 3, 3, 3), dtype), rand((4,), dtype)
+    cap = check_compiled(
+        lambda a, b, c, img, w, bias: (
+            a @ b,
+            torch.addmm(c, a, b),
+            torch.bmm(a.unsqueeze(0).expand(2, 3, 5), b.unsqueeze(0).expand(2, 5, 4)),
+            torch.baddbmm(c, a.unsqueeze(0), b.unsqueeze(0)),
+            F.conv2d(img, w, bias, padding=1),
+        ),
+        a, b, c, img, w, bias, names=["mm", "addmm", "bmm", "baddbmm", "conv2d"],
+    )
+    ops = " ".join(e.op for e in cap.externs)
+    for name in ("mm", "addmm", "bmm", "baddbmm", "convolution"):
+        assert f"aten.{name}." in ops, f"{name} is not an extern call: {ops}"
+    assert not cap.fallbacks
+
+
+@pytest.mark.parametrize(
+    "name, fn, op",
+    [
+        ("cumsum", lambda x: torch.cumsum(x + 1, 1) * 2, "aten.cumsum.default"),
+        ("sort", lambda x: torch.sort(x.sin(), 1).values * 2, "aten.sort.default"),
+        ("round(decimals)", lambda x: torch.round(x.exp(), decimals=2) - 1, "aten.round.decimals"),
+    ],
+    ids=["cumsum", "sort", "round-decimals"],
+)
+def test_unsupported_op_falls_back(check_compiled, name, fn, op):
+    """An op with no lowering runs through ATen: correct, listed with a reason,
+    and the ops around it are still generated kernels."""
+    torch.manual_seed(9)
+    cap = check_compiled(fn, rand((9, 13), torch.float32))
+    fallbacks = {f.op: f.reason for f in cap.fallbacks}
+    assert op in fallbacks, fallbacks
+    assert fallbacks[op], "a fallback must say why"
+    assert len(cap.kernels) >= 1

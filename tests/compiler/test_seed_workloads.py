@@ -1,0 +1,185 @@
+"""The seed workloads: how many kernels each compiles into (and that they are
+right), graph breaks, and the kernel cache: cold and cached compilation report
+the same kernels, a corrupt entry is rebuilt, a build failure names its kernel."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import compiler
+from compiler.config import config
+from compiler.runtime import cache, cpp_build
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
+
+
+class PointwiseModel(nn.Module):
+    """scale/bias/relu/sigmoid/tanh on a [N, 1024] input: one kernel."""
+
+    def __init__(self, dim=1024):
+        super().__init__()
+        self.scale1 = nn.Parameter(torch.randn(dim))
+        self.bias1 = nn.Parameter(torch.randn(dim))
+        self.scale2 = nn.Parameter(torch.randn(dim))
+        self.bias2 = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        x = x * self.scale1 + self.bias1
+        x = torch.relu(x)
+        x = x * self.scale2 + self.bias2
+        x = torch.sigmoid(x)
+        x = x * 2.0 + 1.0
+        return torch.tanh(x)
+
+
+class MixedModel(nn.Module):
+    """linear, pointwise chain, linear, sigmoid: 2 generated kernels + 2 externs."""
+
+    def __init__(self, dim=512):
+        super().__init__()
+        self.linear1 = nn.Linear(dim, dim)
+        self.linear2 = nn.Linear(dim, dim)
+        self.scale = nn.Parameter(torch.randn(dim))
+        self.bias = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        x = self.linear1(x)
+        x = x * self.scale + self.bias
+        x = torch.relu(x)
+        x = x * 0.5 + 0.5
+        x = F.gelu(x)
+        x = self.linear2(x)
+        return torch.sigmoid(x)
+
+
+def toy_example(a, b):
+    x = a / (torch.abs(a) + 1)
+    if b.sum() < 0:  # data-dependent: Dynamo breaks the graph here
+        b = b * -1
+        if a.sum() < 1:
+            a = a * -2
+    return x * b
+
+
+def run(fn, *args):
+    """Compiled and eager results (no autograd: inference graphs) and the capture."""
+    compiled = torch.compile(fn, backend="fusion", dynamic=False)
+    with torch.no_grad(), compiler.capture() as cap:
+        out = compiled(*args)
+        ref = fn(*args)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+    return cap
+
+
+def test_sin_chain_is_one_kernel():
+    cap = run(lambda x: ((x + 1) * 2).sin(), torch.randn(100_003))
+    assert [k.kind for k in cap.kernels] == ["pointwise"]
+    assert sorted(cap.kernels[0].aten_ops) == ["add", "mul", "sin"]
+    assert not cap.externs and not cap.fallbacks
+
+
+def test_pointwise_model_is_one_kernel():
+    torch.manual_seed(0)
+    cap = run(PointwiseModel().eval(), torch.randn(37, 1024))
+    assert len(cap.kernels) == 1, [k.name for k in cap.kernels]
+    assert {"relu", "sigmoid", "tanh"} <= set(cap.kernels[0].aten_ops)
+
+
+@pytest.mark.parametrize(
+    "name, fn, args",
+    [
+        ("softmax", lambda x: x.softmax(-1), (torch.randn(65, 999),)),
+        ("log_softmax", lambda x: F.log_softmax(x, -1), (torch.randn(65, 999),)),
+        ("layer_norm", nn.LayerNorm(777).eval(), (torch.randn(33, 777),)),
+        ("rms_norm", lambda x, w: F.rms_norm(x, (513,), w), (torch.randn(33, 513), torch.randn(513))),
+    ],
+    ids=["softmax", "log_softmax", "layer_norm", "rms_norm"],
+)
+def test_norms_over_the_last_dim_are_one_kernel(name, fn, args):
+    torch.manual_seed(1)
+    with torch.no_grad():
+        cap = run(fn, *args)
+    assert len(cap.kernels) == 1, [(k.name, k.split_reason) for k in cap.kernels]
+    assert cap.kernels[0].kind == "reduction"
+    assert not cap.fallbacks
+
+
+def test_layer_norm_mean_is_reduced_once():
+    """var_mean and layer_norm both need the row mean: one sum, not two, in the IR."""
+    cap = run(nn.LayerNorm(777).eval(), torch.randn(33, 777))
+    reductions = [line for line in cap.graphs[0].ir.splitlines() if "= reduction" in line]
+    assert len(reductions) == 2, reductions  # sum(x) and sum((x - mean)^2)
+
+
+def test_mixed_model_is_two_kernels_and_two_externs():
+    torch.manual_seed(2)
+    cap = run(MixedModel().eval(), torch.randn(64, 512))
+    assert len(cap.kernels) == 2, [(k.name, k.split_reason) for k in cap.kernels]
+    assert len(cap.externs) == 2 and all("addmm" in e.op for e in cap.externs)
+    assert not cap.fallbacks
+    # the extern ends a group: each kernel says why it did not join the one before
+    assert all(k.split_reason for k in cap.kernels[1:])
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0], ids=["b-positive", "b-negative"])
+def test_toy_example_breaks_the_graph(sign):
+    torch.manual_seed(3)
+    a, b = torch.randn(10), sign * torch.ones(10)
+    cap = run(toy_example, a, b)
+    assert len(cap.graphs) > 1
+    assert cap.graph_breaks >= 1, cap.graph_break_reasons
+    assert all(g.kernels for g in cap.graphs)
+
+
+# ---------------------------------------------------------------------------
+# the kernel cache
+
+
+def _softmax_mlp(x, w):
+    return (x @ w).softmax(-1) * 2 + x.sum(-1, keepdim=True).sigmoid()
+
+
+def _kernels(cap):
+    return [(k.name, k.kind, k.aten_ops, k.bytes_read, k.bytes_written, k.source) for k in cap.kernels]
+
+
+def test_cold_and_cached_compilation_report_the_same_kernels(tmp_path):
+    x, w = torch.randn(17, 33), torch.randn(33, 33)
+    with config.patch(cache_dir=str(tmp_path)):
+        cold = run(_softmax_mlp, x, w)
+        torch._dynamo.reset()
+        warm = run(_softmax_mlp, x, w)
+    assert cold.kernels and _kernels(cold) == _kernels(warm)
+    assert [e.op for e in cold.externs] == [e.op for e in warm.externs]
+    assert cold.graphs[0].cache_hits == 0
+    assert warm.graphs[0].cache_hits == len(warm.kernels)
+
+
+def test_a_corrupt_cache_entry_is_rebuilt(tmp_path):
+    x, w = torch.randn(17, 33), torch.randn(33, 33)
+    with config.patch(cache_dir=str(tmp_path)):
+        cold = run(_softmax_mlp, x, w)
+        libs = sorted(tmp_path.rglob("*.so"))
+        assert len(libs) == len(cold.kernels)
+        for lib in libs:
+            lib.unlink()  # a new file: this process still maps the old one
+            lib.write_bytes(b"\x7fELF garbage, not a shared library")
+            assert not cache.valid_entry(lib)
+        torch._dynamo.reset()
+        again = run(_softmax_mlp, x, w)
+    assert again.graphs[0].cache_hits == 0, "a corrupt entry was trusted"
+    assert _kernels(again) == _kernels(cold)
+    assert all(cache.valid_entry(lib) and lib.read_bytes()[:4] == b"\x7fELF" for lib in libs)
+
+
+def test_a_kernel_that_fails_to_build_names_itself_and_its_source(tmp_path):
+    bad = 'extern "C" void cpp_poi_fused_broken_0(float* out) { out[0] = undeclared_name; }\n'
+    with config.patch(cache_dir=str(tmp_path)), pytest.raises(compiler.KernelCompileError) as err:
+        cpp_build.build("cpp_poi_fused_broken_0", bad)
+    message = str(err.value)
+    assert "cpp_poi_fused_broken_0" in message and "undeclared_name" in message
+    path = err.value.source_path
+    assert path is not None and str(path) in message
+    assert path.read_text() == bad

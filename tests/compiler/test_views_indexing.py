@@ -1,0 +1,249 @@
+"""Views (index arithmetic, no kernels of their own), cat/stack/pad, indirect
+reads (gather, index_select, embedding, advanced indexing), in-place mutation of
+inputs, outputs that alias inputs, multiple outputs, 0-d tensors and constants:
+compiled with the fusion backend and compared with eager on random data."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
+
+
+def rand(shape, dtype=torch.float32):
+    if dtype == torch.bool:
+        return torch.rand(shape) > 0.5
+    if not dtype.is_floating_point:
+        return torch.randint(-50, 50, shape, dtype=dtype)
+    return torch.randn(shape).to(dtype)
+
+
+def transposed(shape, dtype=torch.float32):
+    """A non-contiguous tensor of `shape` (its storage is laid out reversed)."""
+    return rand(shape[::-1], dtype).permute(*reversed(range(len(shape))))
+
+
+def no_fallbacks(cap):
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+
+
+DTYPES = [torch.float32, torch.float16, torch.int64, torch.bool]
+IDS = ["float32", "float16", "int64", "bool"]
+
+
+def _views(x):
+    # x: [3, 5, 7]; every result is a view of x
+    return {
+        "view": x.reshape(15, 7),
+        "reshape(-1)": x.reshape(-1),
+        "permute": x.permute(2, 0, 1),
+        "transpose": x.transpose(0, 2),
+        "expand": x[:, :1].expand(3, 4, 7),
+        "slice(step, negative start)": x[1:, ::2, -3:],
+        "select(negative)": x[:, -2],
+        "squeeze": x[:, :1].squeeze(1),
+        "unsqueeze": x.unsqueeze(0).unsqueeze(-1),
+        "flatten": x.flatten(1),
+        "as_strided": x.as_strided((4, 3), (2, 5), 1),
+        "narrow": x.narrow(2, 1, 3),
+        "movedim": x.movedim(0, -1),
+        "t of select": x[0].t(),
+        "diagonal": torch.diagonal(x, 0, 1, 2),
+        "unflatten": x.unflatten(2, (1, 7)),
+        "split": x.split(2, 1)[2],
+        "chunk": x.chunk(3, 2)[1],
+        "unbind": x.unbind(1)[3],
+        "unfold": x.unfold(2, 3, 2),
+    }
+
+
+def offset(shape, dtype=torch.float32):
+    """A slice of a larger tensor: a non-zero storage offset (as_strided counts from the storage)."""
+    return rand((shape[0] + 1, *shape), dtype)[1]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "offset"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_views(check_compiled, dtype, layout):
+    torch.manual_seed(0)
+    x = {"contiguous": rand, "transposed": transposed, "offset": offset}[layout]((3, 5, 7), dtype)
+    names = list(_views(x))
+    # a pointwise op on each view: the view must be read through the right index
+    cap = check_compiled(lambda x: tuple(v * 2 for v in _views(x).values()), x, names=names)
+    no_fallbacks(cap)
+
+
+def test_views_of_computed_values(check_compiled):
+    """Views of a value not in memory compose into its index; as_strided counts
+    from the start of the buffer the viewed value is realized into."""
+    x = offset((6, 7))
+    cap = check_compiled(
+        lambda x: (
+            (x + 1).t()[1:, ::2].reshape(-1) * 2,
+            (x * 2)[1:].as_strided((3, 3), (1, 2), 4),
+            (x.sin()).t()[1:].as_strided((3, 3), (1, 2)),
+            (x - 1).unfold(0, 2, 2).sum(-1),
+            torch.diagonal(x.exp(), 1),
+        ),
+        x,
+    )
+    no_fallbacks(cap)
+
+
+def test_view_outputs_alias_inputs_and_need_no_kernel(check_compiled):
+    x = rand((4, 6))
+    cap = check_compiled(lambda x: (x.t(), x.view(2, 12), x[1:, ::2], x.unsqueeze(0), x), x)
+    assert not cap.kernels and not cap.fallbacks
+
+
+def test_outputs_alias_inputs_like_eager(fresh_dynamo):
+    """A view of an input returned by the compiled function shares the input's storage."""
+    x = rand((4, 6))
+    a, b, c = torch.compile(lambda x: (x.t(), x[1:], x + 1), backend="fusion", dynamic=False)(x)
+    assert a.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert b.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert c.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    x.add_(1)  # a later change to x shows through the views, as in eager
+    torch.testing.assert_close(a, x.t())
+    torch.testing.assert_close(b, x[1:])
+
+
+CAT_DTYPES = [torch.float32, torch.bfloat16, torch.int32, torch.bool]
+
+
+@pytest.mark.parametrize("dtype", CAT_DTYPES, ids=["float32", "bfloat16", "int32", "bool"])
+def test_cat_stack_pad(check_compiled, dtype):
+    torch.manual_seed(1)
+    x, y = rand((3, 5, 7), dtype), transposed((3, 2, 7), dtype)
+    fill = True if dtype == torch.bool else 2
+    table = {
+        "cat(dim=1, three pieces, one non-contiguous)": lambda x, y: torch.cat([x, y, x[:, :1]], 1),
+        "cat(dim=0, computed piece)": lambda x, y: torch.cat([x[:1], x.clone() if dtype == torch.bool else x * 2], 0),
+        "cat(dim=-1)": lambda x, y: torch.cat([x, x[..., :3]], -1),
+        "cat with an empty piece": lambda x, y: torch.cat([x, x[:, :0]], 1),
+        "stack(dim=1)": lambda x, y: torch.stack([x, x.flip(2)], 1),
+        "stack(dim=-1)": lambda x, y: torch.stack([x[:, 0], y[:, 1]], -1),
+        "constant_pad_nd": lambda x, y: F.pad(x, (1, 2, 0, 3), value=fill),
+        "pad negative (crop)": lambda x, y: F.pad(x, (-1, 2, 1, -2)),
+        "pad of a non-contiguous input": lambda x, y: F.pad(y, (2, 1)),
+        "flip": lambda x, y: torch.flip(x, (0, 2)),
+        "roll": lambda x, y: torch.roll(x, 2, 1),
+        "repeat": lambda x, y: y.repeat(2, 1, 3),
+        "tril": lambda x, y: torch.tril(x[0]),
+    }
+    fns = list(table.values())
+    cap = check_compiled(lambda x, y: tuple(f(x, y) for f in fns), x, y, names=list(table))
+    no_fallbacks(cap)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64], ids=["float32", "float16", "int64"])
+def test_indirect_reads(check_compiled, dtype):
+    torch.manual_seed(2)
+    x = rand((6, 5, 7), dtype)
+    i = torch.randint(-6, 6, (4,))  # negative indices count from the end
+    j = torch.randint(0, 7, (4,), dtype=torch.int32)
+    g = torch.randint(0, 5, (6, 3, 7))
+    w = rand((10, 9), dtype)
+    tok = torch.randint(0, 10, (3, 4))
+    table = {
+        "gather(dim=1)": lambda x, i, j, g, w, tok: torch.gather(x, 1, g),
+        "gather(dim=-1)": lambda x, i, j, g, w, tok: torch.gather(x, -1, g.transpose(1, 2)[:, :5, :3]),
+        "take_along_dim": lambda x, i, j, g, w, tok: torch.take_along_dim(x, g[:, :1], 1),
+        "index_select": lambda x, i, j, g, w, tok: torch.index_select(x, 1, g[0, 0, :4]),
+        "embedding": lambda x, i, j, g, w, tok: F.embedding(tok, w),
+        "x[i] (negative)": lambda x, i, j, g, w, tok: x[i],
+        "x[:, :, j] (int32 indices)": lambda x, i, j, g, w, tok: x[:, :, j],
+        "x[i, :, j] (split index dims)": lambda x, i, j, g, w, tok: x[i, :, j],
+        "x[i, i % 5] (adjacent index dims)": lambda x, i, j, g, w, tok: x[i, i % 5],
+        "x[2D index]": lambda x, i, j, g, w, tok: x[g[:2, :2, 0]],
+        "scatter_add(dim=1)": lambda x, i, j, g, w, tok: torch.scatter_add(x, 1, g, x[:, 2:]),
+        "scatter(dim=-1, value)": lambda x, i, j, g, w, tok: x.scatter(-1, g.transpose(1, 2)[:, :5, :2], 3),
+        "scatter_add(short index)": lambda x, i, j, g, w, tok: torch.scatter_add(x, 1, g[:4, :, 2:5], x[:, :3]),
+        "masked_fill": lambda x, i, j, g, w, tok: x.masked_fill(x > 0, 1),
+        "where(mask)": lambda x, i, j, g, w, tok: torch.where(x > 0, x, torch.zeros((), dtype=dtype)),
+    }
+    fns = list(table.values())
+    cap = check_compiled(lambda *a: tuple(f(*a) for f in fns), x, i, j, g, w, tok, names=list(table))
+    no_fallbacks(cap)
+
+
+MUTATIONS = {
+    "add_": (lambda x: x.add_(1), [(4, 5)]),
+    "mul_ then read": (lambda x: (x.mul_(2), x * 3)[1], [(4, 5)]),
+    "two in-place ops": (lambda x: (x.add_(1), x.mul_(3), x.sin())[2], [(4, 5)]),
+    "in-place on a transposed input": (lambda x: x.t().mul_(2).sum(), [(4, 5)]),
+    "copy_ into a slice": (lambda x, y: x[1:3].copy_(y), [(4, 5), (2, 5)]),
+    "setitem broadcast": (lambda x, y: x.__setitem__((slice(None), 1), y[0]), [(4, 5), (2, 4)]),
+    "copy_ with broadcast": (lambda x, y: x.copy_(y[0]), [(4, 5), (2, 5)]),
+    "two inputs mutated": (lambda x, y: (x.add_(y[0]), y.sub_(1))[0], [(4, 5), (2, 5)]),
+    "relu_ and zero_": (lambda x, y: (x.relu_(), y.zero_())[0], [(4, 5), (2, 5)]),
+    "read before the mutation": (lambda x: (x.sum(), x.add_(1))[0], [(4, 5)]),
+    "returned as a view": (lambda x: x.add_(1).view(-1), [(4, 5)]),
+}
+
+
+# every case in float32; a few in other dtypes
+MUTATION_CASES = [(c, torch.float32) for c in MUTATIONS] + [
+    (c, d) for c in ("add_", "copy_ into a slice", "in-place on a transposed input") for d in (torch.float16, torch.int64)
+]
+
+
+@pytest.mark.parametrize("case, dtype", MUTATION_CASES, ids=[f"{c}-{str(d)[6:]}" for c, d in MUTATION_CASES])
+def test_mutation_of_inputs(check_compiled, case, dtype):
+    """In-place ops on graph inputs are functionalized and written back; the
+    helper compares the inputs after the call with eager's too."""
+    torch.manual_seed(3)
+    fn, shapes = MUTATIONS[case]
+    args = [rand(s, dtype) for s in shapes]
+    if case == "in-place on a transposed input":
+        args = [transposed(shapes[0], dtype).t()]
+    cap = check_compiled(fn, *args)
+    no_fallbacks(cap)
+    assert cap.kernels, "the write-back must be a generated kernel"
+
+
+def test_in_place_add_writes_the_input_in_one_kernel(check_compiled):
+    cap = check_compiled(lambda x: x.add_(1), rand((33, 65)))
+    assert len(cap.kernels) == 1 and not cap.fallbacks
+
+
+def test_multiple_outputs_of_different_shapes(check_compiled):
+    x = rand((3, 5, 7))
+    cap = check_compiled(lambda x: (x.sum(0), x.amax(1), x.sin(), x.argmax(2), x, x.sin()), x)
+    no_fallbacks(cap)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool], ids=["float32", "int64", "bool"])
+def test_zero_dim_tensors(check_compiled, dtype):
+    torch.manual_seed(4)
+    s, v = rand((), dtype), rand((7,), dtype)
+    if dtype == torch.bool:
+        fn = lambda s, v: (s & v, s | True, ~s, v.any(), s.all(), torch.where(s, v, ~v))  # noqa: E731
+    elif dtype == torch.int64:
+        fn = lambda s, v: (s * 2 + v, s // 3, s % -4, v.sum(), (s + 1).abs(), v.max())  # noqa: E731
+    else:
+        fn = lambda s, v: (s * 2 + v, (s + 1).sin(), v.sum(), s.exp(), v.amax() * s, s.reshape(1, 1))  # noqa: E731
+    cap = check_compiled(fn, s, v)
+    no_fallbacks(cap)
+
+
+def test_python_scalar_inputs(check_compiled):
+    cap = check_compiled(lambda x, s, n: x * s + n, rand((9,)), 2.5, 3)
+    no_fallbacks(cap)
+
+
+def test_tensor_constants_and_factories(check_compiled):
+    """torch.tensor(...) in the code is a graph constant; arange/full/zeros are pointwise."""
+    x = rand((3, 7))
+    cap = check_compiled(
+        lambda x: (
+            x * torch.tensor([1.0, -2.0, 3.0, 0.5, 1.5, 2.0, -1.0]),
+            torch.gather(x, 1, torch.tensor([[0, 6, 3]]).expand(3, 3)),
+            x + torch.arange(7) * 0.5 + torch.arange(1, 15, 2),
+            x + torch.full((7,), 2.0) + torch.linspace(0, 1, 7),
+            torch.zeros_like(x) + torch.ones(7),
+        ),
+        x,
+    )
+    no_fallbacks(cap)
