@@ -240,7 +240,9 @@ class Fusion:
         handle.measured = True
         t = handle.target
         reference = None
-        wants = self.gates.get("min_speedup", {}).get("over") == "inductor"
+        speed = self.gates.get("min_speedup", {})
+        # TorchInductor is compiled and timed only for a gate that applies on this device
+        wants = speed.get("over") == "inductor" and speed.get("device") in (None, self.device.type)
         if self._timing() and wants and self.backend == "fusion":
             ref = REAL_COMPILE(t.eager, backend="inductor", dynamic=False)
             start = time.perf_counter()
