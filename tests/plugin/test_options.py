@@ -103,8 +103,8 @@ def test_fixture(fusion):
     assert {r["outcome"] for r in res.values()} == {"skipped"} and len(res) == 2
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the skip on a machine without CUDA")
-def test_cuda_only_gate_skips_on_cpu_after_count_gates(run):
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the gate on a machine without CUDA")
+def test_cuda_only_gate_is_not_applicable_on_cpu_and_count_gates_decide(run, results):
     result = run("""
 import pytest
 
@@ -117,6 +117,8 @@ def test_counts_pass(fusion):
 @pytest.mark.expect_kernels(7)
 def test_counts_fail(fusion):
     fusion.run(lambda x: x * 3, fusion.randn(50))
-""", "-rs")
-    result.assert_outcomes(skipped=1, failed=1)
-    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_it.py:*: min_speedup: checked on cuda only (device='cuda'); this run is on cpu"])
+""", "-rf")
+    result.assert_outcomes(passed=1, failed=1)
+    res = results(result)
+    gate = next(g for g in res["test_it.py::test_counts_pass"]["gates"] if g["marker"] == "min_speedup")
+    assert gate["passed"] is None and gate["message"].startswith("n/a: applies on cuda only")
