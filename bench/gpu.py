@@ -432,6 +432,7 @@ def warm_up(device, backends):
         step = torch.compile(fresh(lambda x: m(x).sum().backward()), backend=backend)
         step(torch.randn(8, 48, device=device))
         torch._dynamo.reset()
+    time.sleep(3)  # compile worker processes started in the background settle before timing
 
 
 def main(args):

@@ -21,8 +21,8 @@ class Config:
     cache_dir: str = dataclasses.field(
         default_factory=lambda: os.environ.get("FUSION_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "pytest-fusion"))
     )
-    # replay each compiled CUDA graph of fixed inputs as one CUDA graph (outputs are
-    # overwritten by the next call of the same graph)
+    # on CUDA, replay a compiled graph as one CUDA graph when it is called again with
+    # the same tensors (its outputs are then overwritten by the next such call)
     cuda_graphs: bool = dataclasses.field(default_factory=lambda: _flag("FUSION_CUDA_GRAPHS", False))
     # write each graph's generated wrapper and kernels here (besides the cache)
     debug_dir: str | None = dataclasses.field(default_factory=lambda: os.environ.get("FUSION_DEBUG_DIR"))

@@ -25,7 +25,7 @@ from .triton_ops import HELPER_DEPS, HELPERS, REDUCTION_INIT, TL_DTYPE, binary, 
 
 Y = triton_config.Y
 INT32_LIMIT = 2**31 - 1
-INT_HELPERS = ("_floordiv", "_truncdiv", "_int_fmod", "_int_remainder")
+INT_HELPERS = ("_floordiv", "_truncdiv", "_int_fmod", "_int_remainder", "_int_pow")
 
 
 class Value:
@@ -186,22 +186,41 @@ class TritonKernel:
             return self._load(s, cse)
         args = [cse[a] for a in s.args if isinstance(a, ir.Expr)]
         if s.op == "cast":
-            a = args[0]
-            if not a.tensor:
-                return Value(a.code, a.axes, False)
-            if t == torch.bool:
-                return Value(f"{a.code} != 0", a.axes)
-            return Value(f"{a.code}.to({TL_DTYPE[t]})" if s.args[0].dtype != t else a.code, a.axes)
+            return self._cast(args[0], s.args[0].dtype, t)
         if not any(a.tensor for a in args):  # constant-only: make one operand a tensor
             args[0] = self.as_tensor(args[0], s.args[0].dtype)
         axes = frozenset().union(*[a.axes for a in args])
-        codes = [a.code if a.code.isidentifier() or not a.tensor else f"({a.code})" for a in args]
         in_t = s.args[0].dtype if isinstance(s.args[0], ir.Expr) else t
-        if s.op == "where":
-            return Value(f"tl.where({codes[0]}, {codes[1]}, {codes[2]})", axes)
-        code = unary(s.op, codes[0], in_t) if len(codes) == 1 else binary(s.op, codes[0], codes[1], in_t)
+
+        def render(args):
+            codes = [a.code if a.code.isidentifier() or not a.tensor else f"({a.code})" for a in args]
+            if s.op == "where":
+                return f"tl.where({codes[0]}, {codes[1]}, {codes[2]})"
+            return unary(s.op, codes[0], in_t) if len(codes) == 1 else binary(s.op, codes[0], codes[1], in_t)
+
+        code = render(args)
+        if "libdevice." in code and not all(a.tensor for a in args):  # libdevice takes tensors only
+            code = render([self.as_tensor(a, x.dtype) for a, x in zip(args, [x for x in s.args if isinstance(x, ir.Expr)])])
         self.helpers.update(h for h in INT_HELPERS if h + "(" in code)
         return Value(code, axes)
+
+    def _cast(self, a: Value, src: torch.dtype, dst: torch.dtype) -> Value:
+        if not a.tensor:
+            return Value(a.code, a.axes, False)
+        return Value(self.convert(a.code, src, dst), a.axes)
+
+    def convert(self, code: str, src: torch.dtype, dst: torch.dtype) -> str:
+        """Code converting `code` from src to dst, rounding as torch does."""
+        if src == dst:
+            return code
+        if dst == torch.bool:
+            return f"({code}) != 0"
+        if dst in (torch.float16, torch.bfloat16) and src not in (torch.float32, torch.float16, torch.bfloat16):
+            code, src = f"({code}).to(tl.float32)", torch.float32  # as torch converts: through float32
+        if dst == torch.bfloat16 and src == torch.float32 and self.device.type != "cuda":
+            self.helpers.add("_to_bf16")  # the interpreter truncates: round to nearest even here
+            return f"_to_bf16({code})"
+        return f"({code}).to({TL_DTYPE[dst]})"
 
     def _load(self, s: ir.Expr, cse: dict) -> Value:
         name, index, indirect = s.args
@@ -210,6 +229,8 @@ class TritonKernel:
         idx = self.simplify(index)
         axes = self.index_axes(idx, cse, indirect)
         code = texpr(idx, {sym: cse[x].code for sym, x in indirect})
+        if not axes:  # one element: a block of one, as a 0-d value mixes badly with blocks
+            code = f"tl.full({self.ones_shape()}, {code}, {'tl.int64' if self.int64 else 'tl.int32'})"
         mask = self.mask(axes)
         m = f", {mask}, other=0" if mask else ""
         return Value(f"tl.load({self.args.ptr(name)} + ({code}){m})", axes)
@@ -226,9 +247,7 @@ class TritonKernel:
             axes = {"x", "r"} if m.role == "full" else {"x"}
         else:
             axes = {"x"}
-        code = self.full(v, axes, m.value.dtype)
-        if buf.dtype != m.value.dtype:
-            code = f"({code}) != 0" if buf.dtype == torch.bool else f"({code}).to({TL_DTYPE[buf.dtype]})"
+        code = self.convert(self.full(v, axes, m.value.dtype), m.value.dtype, buf.dtype)
         mask = self.mask(axes)
         where = texpr(idx)
         if self.index_axes(idx, {}) != frozenset(axes):  # the pointers must cover the whole block

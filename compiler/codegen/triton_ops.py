@@ -147,9 +147,7 @@ def binary(op: str, a: str, b: str, t: torch.dtype) -> str:
     if op == "fmod":
         return f"libdevice.fmod({a}, {b})" if fp else f"_int_fmod({a}, {b})"
     if op == "pow":
-        if not fp:
-            raise NotImplementedError("integer pow in Triton codegen")
-        return f"libdevice.pow({a}, {b})"
+        return f"libdevice.pow({a}, {b})" if fp else f"_int_pow({a}, {b})"
     if op in LIBDEVICE_BINARY:
         return f"libdevice.{op}({a}, {b})"
     raise NotImplementedError(f"Triton codegen has no binary op {op!r}")
@@ -177,6 +175,25 @@ def _int_fmod(a, b):
 def _int_remainder(a, b):
     r = _int_fmod(a, b)
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+""",
+    "_int_pow": """@triton.jit
+def _int_pow(a, b):
+    # square and multiply over the exponent's bits; negative exponents as torch: 1, +-1 or 0
+    r = a * 0 + 1
+    base = a
+    e = b
+    for _ in tl.static_range(63):
+        r = tl.where((e & 1) != 0, r * base, r)
+        base = base * base
+        e = e >> 1
+    neg = tl.where(a == 1, 1, tl.where(a == -1, tl.where((b & 1) != 0, -1, 1), 0))
+    return tl.where(b < 0, neg, r)
+""",
+    "_to_bf16": """@triton.jit
+def _to_bf16(x):
+    u = x.to(tl.uint32, bitcast=True)
+    u = tl.where(x != x, 0x7FC00000, u + 0x7FFF + ((u >> 16) & 1))
+    return (u >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
 """,
     "_max_nan": """@triton.jit
 def _max_nan(a, b):

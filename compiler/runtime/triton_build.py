@@ -137,12 +137,19 @@ def _constexprs(cfg: dict) -> dict:
 
 
 def _jit_launcher(fn, cfg, interpret: bool, workspace: list):
-    """The plain Triton launch (the interpreter; misaligned inputs on a GPU)."""
+    """The plain Triton launch (the interpreter; misaligned inputs on a GPU).
+    Interpreted kernels are invisible to torch.profiler: under it, they run
+    inside a range named after the kernel (launch counts, traces), as C++ ones do."""
     grid = (cfg["grid"],)
     consts = _constexprs(cfg)
     opts = {} if interpret else dict(num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 1))
+    profiling = torch._C._autograd._profiler_enabled
+    name = fn.__name__
 
     def launch(*args):
+        if interpret and profiling():
+            with torch.profiler.record_function(name):
+                return fn[grid](*args, *workspace, **consts)
         fn[grid](*args, *workspace, **consts, **opts)
 
     return launch
