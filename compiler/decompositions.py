@@ -52,8 +52,11 @@ _EXTRA = [
     aten.diagonal,
 ]
 
-# Ops we lower ourselves even though core decompositions exist.
+# Ops we lower ourselves (or call as externs) even though core decompositions exist.
 _KEEP = {
+    # its decomposition (math attention) leaves the flash backward op without the
+    # logsumexp it needs: gradients would be wrong. An extern call, forward and backward.
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
     aten.addmm.default,
     aten.mm.default,
     aten.bmm.default,

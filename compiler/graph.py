@@ -17,7 +17,7 @@ import torch
 import torch.fx
 
 from . import ir
-from .index import contiguous_strides, linear_index, loop_vars
+from .index import contiguous_strides, is_dense, linear_index, loop_vars
 
 
 class TensorValue:
@@ -220,13 +220,8 @@ class GraphLowering:
 
 
 def _dense(val) -> bool:
-    """A non-overlapping, dense layout: safe to allocate and to store into."""
-    if not isinstance(val, torch.Tensor) or val.numel() == 0:
-        return False
-    try:
-        return bool(torch._prims_common.is_non_overlapping_and_dense(val))
-    except Exception:
-        return False
+    """A non-overlapping, dense layout (a permuted contiguous one): safe to allocate and to store into."""
+    return isinstance(val, torch.Tensor) and val.numel() > 0 and is_dense(val.shape, val.stride())
 
 
 def _op_name(target) -> str:

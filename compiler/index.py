@@ -76,6 +76,16 @@ def contiguous_strides(size: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def is_dense(size: Sequence[int], stride: Sequence[int]) -> bool:
+    """A non-overlapping, dense layout (a permuted contiguous one)."""
+    expected = 1
+    for st, n in sorted((st, n) for n, st in zip(size, stride) if n != 1):
+        if st != expected:
+            return False
+        expected *= n
+    return True
+
+
 def linear_index(index: Sequence[sympy.Expr], stride: Sequence[int], offset=0) -> sympy.Expr:
     return sympy.Add(sympy.Integer(offset), *[i * s for i, s in zip(index, stride) if s != 0])
 

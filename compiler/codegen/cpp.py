@@ -21,7 +21,7 @@ from .common import kernel_args, member_order
 CTYPE = {
     torch.float32: "float",
     torch.float64: "double",
-    torch.float16: "_Float16",
+    torch.float16: "uint16_t",  # bits, converted in software: g++ 12 vectorizes no _Float16 conversion
     torch.bfloat16: "uint16_t",
     torch.int64: "int64_t",
     torch.int32: "int32_t",
@@ -71,6 +71,37 @@ static inline uint16_t fusion_f2bf(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
   u += 0x7fffu + ((u >> 16) & 1u);
   return (uint16_t)(u >> 16);
+}
+static inline float fusion_h2f(uint16_t h) {
+  // exponent and mantissa moved into a float's place and rescaled by 2^112: exact
+  // for normal and subnormal halves alike; inf and NaN keep all exponent bits
+  uint32_t em = (uint32_t)(h & 0x7fffu) << 13;
+  float f; std::memcpy(&f, &em, 4);
+  f *= 5.192296858534828e+33f;
+  uint32_t u; std::memcpy(&u, &f, 4);
+  if ((h & 0x7c00u) == 0x7c00u) u = em | 0x7f800000u;
+  u |= (uint32_t)(h & 0x8000u) << 16;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+static inline uint16_t fusion_f2h(float f) {
+  // round to nearest even, as F. Giesen's float_to_half_fast3_rtne
+  uint32_t u; std::memcpy(&u, &f, 4);
+  uint32_t sign = u & 0x80000000u;
+  u ^= sign;
+  uint16_t o;
+  if (u >= 0x47800000u) {  // inf, NaN (kept quiet) or too big for a half
+    o = u > 0x7f800000u ? (uint16_t)(0x7e00u | ((u >> 13) & 0x3ffu)) : (uint16_t)0x7c00u;
+  } else if (u < 0x38800000u) {  // a subnormal half or zero: the FPU rounds
+    float g; std::memcpy(&g, &u, 4);
+    g += 0.5f;
+    uint32_t gu; std::memcpy(&gu, &g, 4);
+    o = (uint16_t)(gu - 0x3f000000u);
+  } else {
+    u += 0xc8000fffu + ((u >> 13) & 1u);  // rebias the exponent and round
+    o = (uint16_t)(u >> 13);
+  }
+  return (uint16_t)(o | (sign >> 16));
 }
 template <typename T> static inline T fusion_floordiv(T a, T b) {
   T q = a / b; T r = a % b;
@@ -154,8 +185,8 @@ def cexpr(e: sympy.Expr) -> str:
 def _const(value, dtype) -> str:
     if dtype == torch.bool:
         return "true" if value else "false"
-    if dtype == torch.bfloat16:  # stored as its bits (uint16_t), as ATen rounds it
-        bits = torch.tensor(float(value), dtype=torch.bfloat16).view(torch.int16).item() & 0xFFFF
+    if dtype in (torch.bfloat16, torch.float16):  # stored as its bits (uint16_t), as ATen rounds it
+        bits = torch.tensor(float(value), dtype=dtype).view(torch.int16).item() & 0xFFFF
         return f"((uint16_t){bits:#06x})"
     if dtype.is_floating_point:
         if math.isnan(value):
@@ -263,6 +294,10 @@ def _cast(x: str, src: torch.dtype, dst: torch.dtype) -> str:
         return _cast(f"fusion_bf2f({x})", torch.float32, dst)
     if dst == torch.bfloat16:
         return f"fusion_f2bf({_cast(x, src, torch.float32)})"
+    if src == torch.float16:
+        return _cast(f"fusion_h2f({x})", torch.float32, dst)
+    if dst == torch.float16:
+        return f"fusion_f2h({_cast(x, src, torch.float32)})"
     if dst == torch.bool:
         return f"({x} != 0)"
     return f"static_cast<{CTYPE[dst]}>({x})"
@@ -285,6 +320,9 @@ COSTLY_OPS = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "c
               "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "erfinv", "lgamma", "sigmoid", "pow",
               "atan2", "hypot"}
 ROW_BUFFER_MAX_BYTES = 64 * 1024  # per buffer, on the thread's stack; longer rows compute again
+# a reduction over an outer axis (x.sum(0)) walks r once for this many contiguous x
+# (its lanes: four AVX-512 vectors of floats), so each step's loads are contiguous
+X_BLOCK = 64
 
 
 class CppKernel:
@@ -300,6 +338,7 @@ class CppKernel:
         self.row_vars: dict[str, str] = {}  # row / reduction member -> its scalar
         self.members = {m.node.name: m for m in kernel.members}
         self.nest = self._nest()
+        self.block = 0  # > 0: a blocked reduction over that many lanes xi of the innermost x
 
     # -- loop structure --------------------------------------------------------
     def _nest(self) -> list[int]:
@@ -395,7 +434,7 @@ class CppKernel:
 
     def _loops_open(self, body, parallel, simd_inner: bool) -> str:
         """Open the outer loop nest: the outermost loops in parallel, the
-        innermost vectorized. Returns the indent inside it."""
+        innermost vectorized (or stepping over blocks of lanes). Returns the indent inside it."""
         depth = len(self.nest)
         indent = "    "
         for d, size in enumerate(self.nest):
@@ -403,7 +442,9 @@ class CppKernel:
             pragma = ""
             if d == 0 and parallel:
                 pragma = "#pragma omp parallel for"
-                if depth > 2:
+                if self.block and depth > 1:
+                    pragma += f" collapse({depth})"
+                elif depth > 2:
                     pragma += f" collapse({depth - 1})"
                 if innermost and simd_inner:
                     pragma += " simd"
@@ -411,7 +452,10 @@ class CppKernel:
                 pragma = "#pragma omp simd"
             if pragma:
                 body.append(indent + pragma)
-            body.append(f"{indent}for (int64_t x{d} = 0; x{d} < {size}; x{d}++)")
+            if innermost and self.block:
+                body.append(f"{indent}for (int64_t x{d}b = 0; x{d}b < {size}; x{d}b += {self.block})")
+            else:
+                body.append(f"{indent}for (int64_t x{d} = 0; x{d} < {size}; x{d}++)")
             body.append(indent + "{")
             indent += "    "
         return indent
@@ -434,15 +478,23 @@ class CppKernel:
         k = self.k
         # few outer points and long rows: parallelize inside the row instead
         parallel_r = parallel and k.xnumel < 4 * (os.cpu_count() or 1) and k.rnumel >= 4096
+        self.block = 0 if parallel_r else self._x_block()
         indent = self._loops_open(body, parallel and not parallel_r, simd_inner=False)
+        if self.block:
+            d = len(self.nest) - 1
+            body.append(f"{indent}const int64_t xn = fusion_min<int64_t>({self.block}, {self.nest[-1]} - x{d}b);")
         phases = member_order(k)
-        self.kept = {} if parallel_r else self._plan_row_buffers([ms for p, ms in phases if p % 2 == 0 and p >= 0])
+        plain = parallel_r or self.block
+        self.kept = {} if plain else self._plan_row_buffers([ms for p, ms in phases if p % 2 == 0 and p >= 0])
         for e, (name, first) in self.kept.items():
             body.append(f"{indent}{CTYPE[e.dtype]} {name}[{k.rnumel}] __attribute__((aligned(64)));")
         row_cse: dict = {}
         loop = 0
         for phase, members in phases:
             if phase % 2 == 1 or phase < 0:  # per-x values between loops
+                if self.block:
+                    self._render_lanes(members, body, indent)
+                    continue
                 for m in members:
                     v = self.emit_value(self._rewrite(m.value), row_cse, body, indent)
                     self.row_vars[m.node.name] = v
@@ -472,11 +524,51 @@ class CppKernel:
                 covered.update(e.walk())
         return kept
 
+    def _x_block(self) -> int:
+        """Lanes of a blocked reduction, or 0: blocked when the loads that walk r
+        are mostly contiguous in the innermost x rather than in r (x.sum(0))."""
+        if len(self.nest) < 1 or self.nest[-1] < 8:
+            return 0
+        xl = symbol(f"x{len(self.nest) - 1}")
+        in_x = in_r = 0
+        for m in self.k.members:
+            for e in self._rewrite(m.value).walk():
+                if e.op == "load" and R in e.args[1].free_symbols:
+                    in_r += _stride(e.args[1], R) == 1
+                    in_x += _stride(e.args[1], xl) == 1
+        return min(X_BLOCK, self.nest[-1]) if in_x > in_r else 0
+
+    def _lanes_open(self, body, indent, define_x: bool = True) -> str:
+        """A vectorized loop over the block's lanes, defining the innermost x."""
+        d = len(self.nest) - 1
+        body.append(f"{indent}#pragma omp simd")
+        body.append(f"{indent}for (int64_t xi = 0; xi < xn; xi++)")
+        body.append(indent + "{")
+        if define_x:
+            body.append(f"{indent}    const int64_t x{d} = x{d}b + xi;")
+        return indent + "    "
+
+    def _render_lanes(self, members, body, indent):
+        """Per-x members of a blocked reduction: one value per lane, kept in an array."""
+        for m in members:
+            body.append(f"{indent}{CTYPE[m.value.dtype]} lane_{m.node.name}[{self.block}];")
+        inner = self._lanes_open(body, indent)
+        cse: dict = {}
+        for m in members:
+            v = self.emit_value(self._rewrite(m.value), cse, body, inner)
+            body.append(f"{inner}lane_{m.node.name}[xi] = {v};")
+            self.store(m, v, body, inner)
+        for m in members:
+            self.row_vars[m.node.name] = f"lane_{m.node.name}[xi]"
+        body.append(indent + "}")
+
     def _render_loop(self, members, body, indent, row_cse, parallel_r, loop):
         reds = [m for m in members if m.role == "reduction"]
         accs = {}
         same: dict = {}  # (reduction type, value) -> accumulator: equal reductions are made once
         clauses = []
+        decls = []  # (C type, name, initial value)
+        lane = "[xi]" if self.block else ""  # a blocked reduction keeps one accumulator per lane
         for m in reds:
             t = m.value.dtype
             rt = m.node.buffer.reduction_type
@@ -484,25 +576,31 @@ class CppKernel:
             if key in same:
                 accs[m.node.name] = same[key]
                 continue
-            acc = same[key] = accs[m.node.name] = f"acc_{m.node.name}"
+            acc = f"acc_{m.node.name}"
+            same[key] = accs[m.node.name] = acc + lane
             if rt in ("argmax", "argmin"):
-                body.append(f"{indent}{CTYPE[t]} {acc}_v = {REDUCTION_INIT['max' if rt == 'argmax' else 'min'](t)};")
-                body.append(f"{indent}int64_t {acc} = 0;")
+                decls.append((CTYPE[t], f"{acc}_v", REDUCTION_INIT["max" if rt == "argmax" else "min"](t)))
+                decls.append(("int64_t", acc, "0"))
                 continue
-            ctype = "int" if rt in ("any", "all") else CTYPE[t]
-            body.append(f"{indent}{ctype} {acc} = {REDUCTION_INIT[rt](t)};")
+            decls.append(("int" if rt in ("any", "all") else CTYPE[t], acc, REDUCTION_INIT[rt](t)))
             clauses.append(f"reduction({OMP_REDUCTION[rt]}:{acc})")
             if rt in ("max", "min") and t.is_floating_point:
-                body.append(f"{indent}int {acc}_nan = 0;")
+                decls.append(("int", f"{acc}_nan", "0"))
                 clauses.append(f"reduction(|:{acc}_nan)")
-        vectorizable = all(m.node.buffer.reduction_type not in ("argmax", "argmin") for m in reds)
-        if parallel_r and vectorizable:
-            body.append(f"{indent}#pragma omp parallel for simd {' '.join(clauses)}")
-        elif vectorizable:
-            body.append(f"{indent}#pragma omp simd {' '.join(clauses)}")
+        if self.block:
+            body.extend(f"{indent}{ct} {n}[{self.block}];" for ct, n, _ in decls)
+            if decls:
+                inner = self._lanes_open(body, indent, define_x=False)
+                body.extend(f"{inner}{n}[xi] = {v};" for _, n, v in decls)
+                body.append(indent + "}")
+        else:
+            body.extend(f"{indent}{ct} {n} = {v};" for ct, n, v in decls)
+        # r is vectorized unless argmax/argmin need its order, or the lanes are vectorized instead
+        if not self.block and all(m.node.buffer.reduction_type not in ("argmax", "argmin") for m in reds):
+            body.append(f"{indent}#pragma omp {'parallel for simd' if parallel_r else 'simd'} {' '.join(clauses)}")
         body.append(f"{indent}for (int64_t r0 = 0; r0 < {max(self.k.rnumel, 1)}; r0++)")
         body.append(indent + "{")
-        inner = indent + "    "
+        inner = self._lanes_open(body, indent + "    ") if self.block else indent + "    "
         cse = dict(row_cse)
         for e, (name, first) in self.kept.items():
             if first < loop:
@@ -517,8 +615,9 @@ class CppKernel:
                     done.add(name)
             if m.role == "reduction":
                 acc = accs[m.node.name]
-                if acc != f"acc_{m.node.name}":
+                if acc != f"acc_{m.node.name}{lane}":
                     continue  # the same reduction as an earlier member
+                nan_flag = f"acc_{m.node.name}_nan{lane}"
                 rt = m.node.buffer.reduction_type
                 if rt == "sum":
                     body.append(f"{inner}{acc} = {acc} + {v};")
@@ -528,31 +627,37 @@ class CppKernel:
                     op = ">" if rt == "max" else "<"
                     body.append(f"{inner}{acc} = ({v} {op} {acc}) ? {v} : {acc};")
                     if m.value.dtype.is_floating_point:
-                        body.append(f"{inner}{acc}_nan |= ({v} != {v});")
+                        body.append(f"{inner}{nan_flag} |= ({v} != {v});")
                 elif rt == "any":
                     body.append(f"{inner}{acc} |= ({v} != 0);")
                 elif rt == "all":
                     body.append(f"{inner}{acc} &= ({v} != 0);")
                 elif rt in ("argmax", "argmin"):
                     op = ">" if rt == "argmax" else "<"
-                    nan = f" || ({v} != {v} && {acc}_v == {acc}_v)" if m.value.dtype.is_floating_point else ""
-                    body.append(f"{inner}if (({v} {op} {acc}_v){nan}) {{ {acc}_v = {v}; {acc} = r0; }}")
+                    best = f"acc_{m.node.name}_v{lane}"
+                    nan = f" || ({v} != {v} && {best} == {best})" if m.value.dtype.is_floating_point else ""
+                    body.append(f"{inner}if (({v} {op} {best}){nan}) {{ {best} = {v}; {acc} = r0; }}")
                 else:
                     raise NotImplementedError(rt)
             else:
                 self.row_vars[m.node.name] = v
                 self.store(m, v, body, inner)
+        if self.block:
+            body.append(indent + "    }")
         body.append(indent + "}")
+        after = self._lanes_open(body, indent) if self.block and reds else indent
         finished: set = set()
         for m in reds:
             acc = accs[m.node.name]
             rt = m.node.buffer.reduction_type
             if rt in ("max", "min") and m.value.dtype.is_floating_point and acc not in finished:
                 nan = "std::numeric_limits<double>::quiet_NaN()" if m.value.dtype == torch.float64 else "std::numeric_limits<float>::quiet_NaN()"
-                body.append(f"{indent}if ({acc}_nan) {acc} = {nan};")
+                body.append(f"{after}if (acc_{m.node.name}_nan{lane}) {acc} = {nan};")
             finished.add(acc)
             self.row_vars[m.node.name] = acc
-            self.store(m, acc, body, indent)
+            self.store(m, acc, body, after)
+        if after != indent:
+            body.append(indent + "}")
         # full members of this loop are not visible after it
         for m in members:
             if m.role == "full":
@@ -577,6 +682,15 @@ def _missing(e: ir.Expr, cse: dict) -> list:
 
     visit(e)
     return list(out)
+
+
+def _stride(index: sympy.Expr, var: sympy.Symbol):
+    """How far index moves when var steps by one (None where that is not a constant)."""
+    try:
+        d = sympy.diff(index, var)
+    except Exception:
+        return None
+    return d if d.is_number else None
 
 
 def _depends_on_r(e: ir.Expr) -> bool:

@@ -9,6 +9,7 @@ import torch
 
 from .. import ir
 from ..graph import View
+from ..index import is_dense
 from ..scheduler import ExternStep, FusedKernel
 
 
@@ -19,7 +20,7 @@ class WrapperCode:
         self.sched = sched
         self.launch_code = launch_code
         self.lines: list[str] = []
-        self.ns: dict = {"torch": torch, "empty_strided": torch.empty_strided, "reinterpret": _reinterpret}
+        self.ns: dict = {"torch": torch, "empty_strided": torch.empty_strided, "reinterpret": _reinterpret, "laid_out": _laid_out}
         self.allocated: dict[str, str] = {}  # buffer -> python name holding its storage
         self.pool: dict[tuple, list[str]] = {}
 
@@ -117,11 +118,12 @@ class WrapperCode:
     def _extern(self, step: ExternStep):
         buf = step.buffer
         if isinstance(buf, ir.MultiOutput):
-            self.lines.append(f"    {buf.name} = {buf.parent.name}[{buf.item}]")
+            self.lines.append(f"    {buf.name} = laid_out({buf.parent.name}[{buf.item}], {tuple(buf.stride)})")
         else:
             op = self.stash(buf.target, "aten_")
             call_args = ", ".join([self.pyrepr(a) for a in buf.args] + [f"{k}={self.pyrepr(v)}" for k, v in buf.kwargs.items()])
-            self.lines.append(f"    {buf.name} = {op}({call_args})  # {buf.target} ({buf.kind})")
+            call = f"{op}({call_args})" if buf.outputs != 1 else f"laid_out({op}({call_args}), {tuple(buf.stride)})"
+            self.lines.append(f"    {buf.name} = {call}  # {buf.target} ({buf.kind})")
         self.allocated[buf.name] = buf.name
 
     def _last_uses(self) -> dict[int, list[str]]:
@@ -141,6 +143,14 @@ class WrapperCode:
         for n, pos in last.items():
             out.setdefault(pos, []).append(n)
         return out
+
+
+def _laid_out(t: torch.Tensor, stride):
+    """An ATen result in the layout the graph recorded, which kernels read it with:
+    some ops stride their output like their inputs, whose layout may be ours."""
+    if all(a == b or n < 2 for a, b, n in zip(t.stride(), stride, t.shape)) or not is_dense(t.shape, stride):
+        return t
+    return torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
 def _reinterpret(base: torch.Tensor, size, stride, offset):

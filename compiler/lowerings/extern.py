@@ -1,28 +1,57 @@
-"""Calls into ATen: externs (mm, conv: cuBLAS/cuDNN do them best) and the
-fallback for every op we do not lower."""
+"""Calls into ATen: externs (mm, conv, attention: cuBLAS/cuDNN/ATen do them best)
+and the fallback for every op we do not lower."""
 from __future__ import annotations
+
+import math
 
 import torch
 
 from .. import ir
 from ..graph import Lazy, View
+from ..index import contiguous_strides, is_dense
 from .registry import out_val, register
 
 aten = torch.ops.aten
 
 
-def _to_ref(g, a):
-    if isinstance(a, (View, Lazy)):
-        return g.realize(a).ref()
+def _to_ref(g, a, fx=None):
+    """The tensor argument for an ATen call. A computed value is realized in the
+    layout eager had (fx: the FX argument): some ops (attention, convolution)
+    stride their outputs like their inputs, and we read those outputs with the
+    strides the graph recorded."""
+    if isinstance(a, Lazy):
+        view = _view_of_realized(g, a)
+        if view is not None:
+            return view.ref()
+        val = fx.meta.get("val") if isinstance(fx, torch.fx.Node) else None
+        dense = isinstance(val, torch.Tensor) and tuple(val.shape) == a.size and is_dense(val.shape, val.stride())
+        return g.realize(a, tuple(val.stride()) if dense else None).ref()
+    if isinstance(a, View):
+        return a.ref()
     if isinstance(a, (list, tuple)):
-        return type(a)(_to_ref(g, x) for x in a)
+        fxs = fx if isinstance(fx, (list, tuple)) and len(fx) == len(a) else [None] * len(a)
+        return type(a)(_to_ref(g, x, f) for x, f in zip(a, fxs))
     return a
+
+
+def _view_of_realized(g, a: Lazy):
+    """A view (permute, slice...) of a computed value that is in memory anyway (or
+    that it covers whole): a strided window on that buffer, not a copy."""
+    base = getattr(a, "view_of", None)
+    if base is None:
+        return None
+    root, stride, offset = base
+    contiguous = contiguous_strides(root.size)
+    done = root.realized is not None and root.realized.stride == contiguous
+    if not done and math.prod(a.size) < math.prod(root.size):
+        return None
+    return View(g.realize(root, contiguous).buffer, a.size, stride, offset)
 
 
 def call_aten(g, node, args, kwargs, kind, reason=""):
     val = node.meta.get("val")
-    call_args = tuple(_to_ref(g, a) for a in args)
-    call_kwargs = {k: _to_ref(g, v) for k, v in kwargs.items()}
+    call_args = tuple(_to_ref(g, a, f) for a, f in zip(args, node.args))
+    call_kwargs = {k: _to_ref(g, v, node.kwargs.get(k)) for k, v in kwargs.items()}
     origins = (node.name,)
     common = dict(
         device=g.device, target=node.target, args=call_args, kwargs=call_kwargs,
@@ -48,7 +77,13 @@ def fallback(g, node, args, kwargs, reason):
     return call_aten(g, node, args, kwargs, "fallback", reason)
 
 
-@register(aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default, aten.convolution.default)
+@register(aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default, aten.convolution.default,
+          aten.convolution_backward.default,
+          aten._scaled_dot_product_flash_attention_for_cpu.default,
+          aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+          aten._scaled_dot_product_flash_attention.default, aten._scaled_dot_product_flash_attention_backward.default,
+          aten._scaled_dot_product_efficient_attention.default,
+          aten._scaled_dot_product_efficient_attention_backward.default)
 def extern(g, node, *args, **kwargs):
     out_val(node)
     return call_aten(g, node, args, kwargs, "extern")

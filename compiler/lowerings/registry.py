@@ -5,7 +5,7 @@ from typing import Callable
 import torch
 
 from .. import ir
-from ..graph import Lazy, TensorValue, View
+from ..graph import Lazy, TensorValue
 
 LOWERINGS: dict = {}
 

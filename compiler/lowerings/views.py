@@ -66,6 +66,8 @@ def _view_strides(old_size, old_stride, new_size):
 def reshape_value(x, new_size):
     """A view when the strides allow one, else a copy (a new Lazy reading x in order)."""
     new_size = tuple(new_size)
+    if new_size == x.size:
+        return x  # alias/detach/no-op view: the same value, realized at most once
     old_size = x.size
     new_contig = contiguous_strides(new_size)
 

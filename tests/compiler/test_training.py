@@ -120,3 +120,68 @@ def test_grads_of_reductions_views_and_indexing():
     backward = [g for g in cap.graphs if g.kind == "backward"]
     assert backward and backward[0].kernels
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+
+
+class Block(nn.Module):
+    """A small transformer block: embedding, attention, layer norms, MLP."""
+
+    def __init__(self, vocab=50, d=32, heads=4):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        x = self.emb(tokens)
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        x = x + self.mlp(self.ln2(x))
+        return self.head(x)
+
+
+def test_transformer_block_grads_equal_eager():
+    """Attention is an extern whose output is strided like its (computed) inputs:
+    they must be laid out as eager had them. The embedding's gradient
+    (index_put with accumulate) is the one op left to ATen."""
+    torch.manual_seed(3)
+    model = Block()
+    ref = copy.deepcopy(model)
+    tokens = torch.randint(0, 50, (3, 11))
+
+    def loss_fn(m, tokens):
+        return F.cross_entropy(m(tokens).flatten(0, 1), tokens.flatten())
+
+    with compiler.capture() as cap:
+        loss = torch.compile(loss_fn, backend="fusion", dynamic=False)(model, tokens)
+        loss.backward()
+    ref_loss = loss_fn(ref, tokens)
+    ref_loss.backward()
+    torch.testing.assert_close(loss, ref_loss, **TOL)
+    assert_grads_equal(model, ref)
+    assert any("attention" in e.op for e in cap.externs)
+    assert {f.op for f in cap.fallbacks} <= {"aten.index_put.default"}, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+
+
+def test_conv_batch_norm_training_grads_and_running_stats():
+    """Convolution (and its backward) are externs; batch norm in training mode
+    updates its running statistics (an in-place write into a graph input)."""
+    torch.manual_seed(4)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Conv2d(8, 4, 3, stride=2), nn.Flatten(), nn.Linear(4 * 3 * 4, 5),
+    )
+    ref = copy.deepcopy(model)
+    x = torch.randn(2, 3, 7, 9)
+    with compiler.capture() as cap:
+        out = torch.compile(model, backend="fusion", dynamic=False)(x)
+        out.square().mean().backward()
+    expected = ref(x)
+    expected.square().mean().backward()
+    torch.testing.assert_close(out, expected, **TOL)
+    assert_grads_equal(model, ref)
+    torch.testing.assert_close(model[1].running_mean, ref[1].running_mean, **TOL)
+    torch.testing.assert_close(model[1].running_var, ref[1].running_var, **TOL)
+    assert any("convolution_backward" in e.op for e in cap.externs)
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]

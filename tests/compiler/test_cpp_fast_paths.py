@@ -1,0 +1,95 @@
+"""The C++ codegen's performance paths give eager's results: reductions over an
+outer axis walk r once for a block of x lanes, a costly row value (softmax's exp)
+is kept in a row buffer for the later loops, equal reductions are made once, the
+NaN flag of max/min lives in an int (so the loop vectorizes), and float16 moves as
+bits with software conversions that round as ATen does."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import compiler
+from compiler.codegen import cpp
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
+
+
+def _sources(cap: compiler.Capture) -> str:
+    return "\n".join(k.source for k in cap.kernels)
+
+
+@pytest.mark.parametrize("shape, dim", [((300, 70), 0), ((37, 65, 19), 1), ((2, 130, 2, 70), 1), ((100, 3, 70), (0, 1))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_outer_axis_reductions_are_blocked_over_x(check_compiled, shape, dim, dtype):
+    x = torch.randn(shape).to(dtype)
+    x.view(-1)[5] = float("nan")  # max/min propagate it, per lane
+
+    def fn(x):
+        return x.sum(dim), x.amax(dim), (x > 0.5).any(dim), x.var(dim), torch.logsumexp(x.float(), dim)
+
+    cap = check_compiled(fn, x)
+    assert "xi < xn" in _sources(cap), "no kernel walked r for a block of x lanes"
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_softmax_and_argmax_over_either_axis(check_compiled, dim):
+    x = torch.randn(129, 70)
+    check_compiled(lambda x: (x.softmax(dim) * x.sigmoid(), x.argmax(dim), x.argmin(dim)), x)
+
+
+def test_costly_row_values_are_kept_for_the_later_loops(check_compiled):
+    x = torch.randn(65, 999)
+    x[3, 10] = float("inf")
+    x[4] = float("-inf")
+    cap = check_compiled(lambda x: x.softmax(-1), x)
+    (kernel,) = cap.kernels
+    body = kernel.source.split('extern "C" void')[-1]  # the prelude declares expf too
+    assert body.count("expf(") == 1, "exp computed in two loops"
+    assert "row0[r0] = " in body
+
+
+def test_long_rows_compute_again_rather_than_keep(check_compiled):
+    x = torch.randn(2, cpp.ROW_BUFFER_MAX_BYTES // 4 + 1)
+    cap = check_compiled(lambda x: x.softmax(-1), x)
+    assert "row0" not in _sources(cap)
+
+
+def test_equal_reductions_are_made_once(check_compiled):
+    x = torch.randn(33, 777)
+    cap = check_compiled(lambda x: (x.sum(-1), x.sum(-1) * 2, x.mean(-1)), x)  # three sums in the graph
+    (kernel,) = cap.kernels
+    assert len(re.findall(r"acc_\w+ = acc_\w+ \+ ", kernel.source)) == 1, kernel.source
+
+
+def test_max_reduction_loop_has_no_bool_accumulator(check_compiled):
+    x = torch.randn(16, 300)
+    x[2, 7] = float("nan")
+    cap = check_compiled(lambda x: (x.amax(-1), (x > 1).any(-1), (x > -3).all(-1)), x)
+    assert "bool acc_" not in _sources(cap)
+
+
+def test_every_half_converts_exactly(check_compiled):
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
+    halves = bits.view(torch.float16)
+    out = torch.compile(lambda h: h.float() * 1.0, backend="fusion", dynamic=False)(halves)
+    finite = ~halves.isnan()
+    assert torch.equal(out[finite], halves.float()[finite])
+    assert out[~finite].isnan().all()
+
+
+def test_float_to_half_rounds_as_aten(check_compiled):
+    g = torch.Generator().manual_seed(0)
+    raw = torch.randint(-(2**31), 2**31 - 1, (200_000,), generator=g, dtype=torch.int64).to(torch.int32)
+    edges = torch.tensor([0.0, -0.0, 65504.0, 65519.99, 65520.0, 6e-8, 2.98e-8, 2.99e-8, 1e-4, float("inf"), -float("inf")])
+    x = torch.cat([raw.view(torch.float32), edges, torch.randn(1000) * 1e-5])
+    x = x[~x.isnan()]
+    out = torch.compile(lambda x: (x * 1.0).half(), backend="fusion", dynamic=False)(x)
+    assert torch.equal(out.view(torch.int16), x.half().view(torch.int16))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_constants_are_stored_as_their_bits(check_compiled, dtype):
+    x = torch.randn(8, 5).to(dtype)
+    check_compiled(lambda x: (torch.full_like(x, 2.5), torch.where(x > 0, x, -1.25)), x)
