@@ -46,7 +46,9 @@ METRICS = {
 # Speedups are ratios of interleaved timings and steadier than absolute times.
 DEFAULT_TOLERANCE = {
     "cpu": {"bytes": 0.02, "ms": None, "speedup": None},
-    "gpu": {"bytes": 0.02, "ms": 0.25, "speedup": 0.10},
+    # two unchanged runs on an H100 differed by up to 38% in one kernel's median
+    # time and 26% in a speedup: tighter bounds would gate noise
+    "gpu": {"bytes": 0.02, "ms": 0.50, "speedup": 0.30},
 }
 REFS = ("eager", "inductor")
 

@@ -75,8 +75,9 @@ def group_norm_traffic(s):
     return budget(read=2 * x + 2 * GN_C * s + stats, write=x + stats)
 
 
-# 3 kernels: statistics (reduction), per-channel scale/shift, normalize
-@pytest.mark.expect_kernels(3)
+# 3 kernels on the CPU: statistics (reduction), per-channel scale/shift, normalize;
+# the Triton backend makes 2 (measured on an H100)
+@pytest.mark.expect_kernels(pick(cpu=3, cuda=2))
 @pytest.mark.expect_graph_breaks(0)
 @NO_SLOWER_THAN_INDUCTOR
 @pytest.mark.parametrize("dtype", dtypes(group_norm_traffic))
