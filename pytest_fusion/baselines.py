@@ -46,9 +46,11 @@ METRICS = {
 # Speedups are ratios of interleaved timings and steadier than absolute times.
 DEFAULT_TOLERANCE = {
     "cpu": {"bytes": 0.02, "ms": None, "speedup": None},
-    # two unchanged runs on an H100 differed by up to 38% in one kernel's median
-    # time and 26% in a speedup: tighter bounds would gate noise
-    "gpu": {"bytes": 0.02, "ms": 0.50, "speedup": 0.30},
+    # Times are not compared by default: two unchanged runs on an H100 differed by
+    # up to 56% in a test's median time and 34% in a speedup. The markers' absolute
+    # floors still gate speed; set "ms"/"speedup" in a file's tolerance block where
+    # the timer is steadier.
+    "gpu": {"bytes": 0.02, "ms": None, "speedup": None},
 }
 REFS = ("eager", "inductor")
 
