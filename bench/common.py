@@ -8,75 +8,23 @@ import statistics
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
-def sin_chain(x):
-    return ((x + 1) * 2).sin()
-
-
-def tanh_gelu(x):
-    # written out as in the hand-written CUDA/Triton kernels of the seeds
-    return 0.5 * x * (1.0 + torch.tanh(0.79788456 * (x + 0.044715 * x * x * x)))
-
-
-def relu_sigmoid_tanh(x):
-    return x.relu() + x.sigmoid() * x.tanh()
+# the workloads are the suites' (one definition for suites, tests and benchmarks)
+from suites.models import (  # noqa: E402
+    MixedModel,
+    PointwiseModel,
+    ceil_floor_softmax,
+    relu_sigmoid_tanh,
+    rms_norm,
+    sin_chain,
+    toy_example,
+)
+from suites.models import gelu_tanh as tanh_gelu  # noqa: E402
 
 
 def softmax(x):
     return x.softmax(-1)
-
-
-def rms_norm(x, w):
-    return F.rms_norm(x, (x.shape[-1],), w)
-
-
-def ceil_floor_softmax(a, b):
-    w = ((a.ceil() + b.floor()).sum(-1).softmax(-1) * 10) ** 3
-    return w
-
-
-def toy_example(a, b):
-    x = a / (torch.abs(a) + 1)
-    if b.sum() < 0:  # data-dependent: a graph break
-        b = b * -1
-    return x * b
-
-
-class PointwiseModel(nn.Module):
-    def __init__(self, dim=1024):
-        super().__init__()
-        self.scale1 = nn.Parameter(torch.randn(dim))
-        self.bias1 = nn.Parameter(torch.randn(dim))
-        self.scale2 = nn.Parameter(torch.randn(dim))
-        self.bias2 = nn.Parameter(torch.randn(dim))
-
-    def forward(self, x):
-        x = x * self.scale1 + self.bias1
-        x = torch.relu(x)
-        x = x * self.scale2 + self.bias2
-        x = torch.sigmoid(x)
-        x = x * 2.0 + 1.0
-        return torch.tanh(x)
-
-
-class MixedModel(nn.Module):
-    def __init__(self, dim=512):
-        super().__init__()
-        self.linear1 = nn.Linear(dim, dim)
-        self.linear2 = nn.Linear(dim, dim)
-        self.scale = nn.Parameter(torch.randn(dim))
-        self.bias = nn.Parameter(torch.randn(dim))
-
-    def forward(self, x):
-        x = self.linear1(x)
-        x = x * self.scale + self.bias
-        x = torch.relu(x)
-        x = x * 0.5 + 0.5
-        x = F.gelu(x)
-        x = self.linear2(x)
-        return torch.sigmoid(x)
 
 
 def make(name: str, shape: tuple, device="cpu", dtype=torch.float32):

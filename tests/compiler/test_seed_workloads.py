@@ -15,43 +15,8 @@ from compiler.runtime import cache, cpp_build
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
-class PointwiseModel(nn.Module):
-    """scale/bias/relu/sigmoid/tanh on a [N, 1024] input: one kernel."""
-
-    def __init__(self, dim=1024):
-        super().__init__()
-        self.scale1 = nn.Parameter(torch.randn(dim))
-        self.bias1 = nn.Parameter(torch.randn(dim))
-        self.scale2 = nn.Parameter(torch.randn(dim))
-        self.bias2 = nn.Parameter(torch.randn(dim))
-
-    def forward(self, x):
-        x = x * self.scale1 + self.bias1
-        x = torch.relu(x)
-        x = x * self.scale2 + self.bias2
-        x = torch.sigmoid(x)
-        x = x * 2.0 + 1.0
-        return torch.tanh(x)
-
-
-class MixedModel(nn.Module):
-    """linear, pointwise chain, linear, sigmoid: 2 generated kernels + 2 externs."""
-
-    def __init__(self, dim=512):
-        super().__init__()
-        self.linear1 = nn.Linear(dim, dim)
-        self.linear2 = nn.Linear(dim, dim)
-        self.scale = nn.Parameter(torch.randn(dim))
-        self.bias = nn.Parameter(torch.randn(dim))
-
-    def forward(self, x):
-        x = self.linear1(x)
-        x = x * self.scale + self.bias
-        x = torch.relu(x)
-        x = x * 0.5 + 0.5
-        x = F.gelu(x)
-        x = self.linear2(x)
-        return torch.sigmoid(x)
+# the seed models, as the suites define them
+from suites.models import MixedModel, PointwiseModel  # noqa: E402
 
 
 def toy_example(a, b):
