@@ -55,12 +55,13 @@ class Expr:
             return f"to_{str(self.dtype).replace('torch.', '')}({self.args[0]!r})"
         return f"{self.op}({', '.join(map(repr, self.args))})"
 
-    def walk(self):
-        """Every distinct sub-expression, producers before consumers."""
+    def walk(self, known=()):
+        """Every distinct sub-expression, producers before consumers. Values in
+        `known` (already computed) are left out, and so are their operands."""
         seen: dict[Expr, None] = {}
 
         def visit(e):
-            if e in seen:
+            if e in seen or e in known:
                 return
             for a in e.args:
                 if isinstance(a, Expr):

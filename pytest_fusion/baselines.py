@@ -61,15 +61,6 @@ class BaselineError(Exception):
 
 # --- options ---------------------------------------------------------------------
 
-def _bool(raw) -> bool:
-    v = str(raw).strip().lower()
-    if v in ("1", "true", "yes", "on"):
-        return True
-    if v in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"must be true or false, not {raw!r}")
-
-
 def parse_geomean_floor(raw: str) -> dict[str, float]:
     """"eager:2,inductor:1.0" -> {"eager": 2.0, "inductor": 1.0}."""
     out = {}
@@ -127,10 +118,10 @@ def options_from(config) -> Options:
         except ValueError as e:
             raise pytest.UsageError(f"--fusion-{name.replace('_', '-')} / ini fusion_{name} = {value!r}: {e}") from None
 
-    update, strict = bool(get("update", _bool)), bool(get("strict", _bool))
+    update, strict = bool(get("update", settings._bool)), bool(get("strict", settings._bool))
     directory = Path(get("baseline_dir", str) or "reports/baselines")
     return Options(
-        compare=bool(get("baseline", _bool)) or update or strict,
+        compare=bool(get("baseline", settings._bool)) or update or strict,
         update=update,
         strict=strict,
         directory=directory if directory.is_absolute() else Path(config.rootpath) / directory,

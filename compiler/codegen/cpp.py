@@ -368,7 +368,7 @@ class CppKernel:
 
     def emit_value(self, e: ir.Expr, cse: dict, out: list[str], indent: str) -> str:
         """Lines computing e (into `out`); returns the C++ name of its value."""
-        for s in _missing(e, cse):
+        for s in e.walk(known=cse):
             code = self._expr(s, cse)
             if s.op == "const":
                 cse[s] = code
@@ -662,26 +662,6 @@ class CppKernel:
         for m in members:
             if m.role == "full":
                 self.row_vars.pop(m.node.name, None)
-
-
-def _missing(e: ir.Expr, cse: dict) -> list:
-    """The sub-expressions of e not yet in cse, producers first; the operands of
-    a value already in cse (a row buffer load, say) are not needed."""
-    out: dict = {}
-
-    def visit(x):
-        if x in cse or x in out:
-            return
-        for a in x.args:
-            if isinstance(a, ir.Expr):
-                visit(a)
-        if x.op == "load":
-            for _, ie in x.args[2]:
-                visit(ie)
-        out[x] = None
-
-    visit(e)
-    return list(out)
 
 
 def _stride(index: sympy.Expr, var: sympy.Symbol):
