@@ -103,6 +103,14 @@ static inline uint16_t fusion_f2h(float f) {
   }
   return (uint16_t)(o | (sign >> 16));
 }
+// An integer division by zero would raise SIGFPE and kill the process: flag it,
+// divide by 1 instead, and let the launcher raise ZeroDivisionError (as ATen does).
+static int fusion_zero_division = 0;
+extern "C" int fusion_take_zero_division() { int e = fusion_zero_division; fusion_zero_division = 0; return e; }
+template <typename T> static inline T fusion_nz(T b) {
+  if (b == 0) { __atomic_store_n(&fusion_zero_division, 1, __ATOMIC_RELAXED); return 1; }
+  return b;
+}
 template <typename T> static inline T fusion_floordiv(T a, T b) {
   T q = a / b; T r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
@@ -272,6 +280,8 @@ def _binary(name, a, b, t):
         return f"std::fmax({a}, {b})"
     if name == "fmin":
         return f"std::fmin({a}, {b})"
+    if not fp and name in ("floordiv", "truncdiv", "remainder", "fmod"):
+        b = f"fusion_nz<{CTYPE[t]}>({b})"
     if name == "floordiv":
         return f"fusion_floordiv<{CTYPE[t]}>({a}, {b})"
     if name == "truncdiv":

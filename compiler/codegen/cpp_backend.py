@@ -15,7 +15,7 @@ def build(name: str, source: str, kernel):
     """Starts the build (a cache miss compiles in the background); `wait` finishes it."""
     lib, path, hit = cpp_build.submit(name, source)
     nargs = source.split(f"void {name}(", 1)[1].split(")", 1)[0].count("__restrict__")
-    return _launcher(name, lib, nargs), path, hit
+    return _launcher(name, lib, nargs, checks_division="fusion_nz<" in source), path, hit
 
 
 def wait(launchers) -> None:
@@ -24,7 +24,7 @@ def wait(launchers) -> None:
         launch.finish()
 
 
-def _launcher(name: str, lib, nargs: int):
+def _launcher(name: str, lib, nargs: int, checks_division: bool):
     """C++ kernels are invisible to torch.profiler: under it, launch inside a range
     named after the kernel (launch counts, traces); otherwise call straight through."""
     profiling = torch._C._autograd._profiler_enabled
@@ -36,6 +36,8 @@ def _launcher(name: str, lib, nargs: int):
         fn = getattr(lib.result(), name)
         fn.restype = None
         fn.argtypes = [ctypes.c_void_p] * nargs
+        if checks_division:
+            fn = _raising_on_zero_division(fn, lib.result().fusion_take_zero_division, name)
 
     def launch(*args):
         if profiling():
@@ -45,6 +47,14 @@ def _launcher(name: str, lib, nargs: int):
 
     launch.finish = finish
     return launch
+
+
+def _raising_on_zero_division(fn, take_flag, name: str):
+    def checked(*args):
+        fn(*args)
+        if take_flag():
+            raise ZeroDivisionError(f"integer division by zero in kernel {name}")
+    return checked
 
 
 def launch_code(kernel, arg_names) -> str:

@@ -93,3 +93,18 @@ def test_float_to_half_rounds_as_aten(check_compiled):
 def test_16_bit_constants_are_stored_as_their_bits(check_compiled, dtype):
     x = torch.randn(8, 5).to(dtype)
     check_compiled(lambda x: (torch.full_like(x, 2.5), torch.where(x > 0, x, -1.25)), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_integer_division_by_zero_raises_instead_of_killing_the_process(dtype):
+    torch._dynamo.reset()
+    f = torch.compile(lambda a, b: (a // b) + (a % b) + torch.fmod(a, b), backend="fusion")
+    a = torch.randint(-50, 50, (1003,), dtype=dtype)
+    b = torch.randint(1, 9, (1003,), dtype=dtype)
+    expected = (a // b) + (a % b) + torch.fmod(a, b)
+    assert torch.equal(f(a, b), expected)
+    b[517] = 0
+    with pytest.raises(ZeroDivisionError, match="integer division by zero in kernel"):
+        f(a, b)
+    b[517] = 3
+    assert torch.equal(f(a, b), (a // b) + (a % b) + torch.fmod(a, b))  # the flag was cleared
