@@ -131,6 +131,10 @@ def workloads(device, smoke: bool) -> list[Workload]:
             Workload(f"bias_gelu [8192,4096] {tag}", lambda dt=dt: (
                 lambda x, b: F.gelu(x + b), (rnd(R, C, dtype=dt), rnd(C, dtype=dt)))),
         ]
+    # beyond the list: a vocabulary-sized row (online softmax) and GroupNorm (split statistics)
+    out.append(Workload("softmax [2048,50257] fp32", lambda: (lambda x: x.softmax(-1), (rnd(s(2048), 50257),))))
+    out.append(Workload("group_norm [32,256,56,56] fp32", lambda: (
+        nn.GroupNorm(8, 256).to(device).eval(), (rnd(s(32), 256, 56, 56),))))
     out.append(Workload("ceilfloor_softmax [4096,4096]", lambda: (ceilfloor, (rnd(s(4096), 4096), rnd(s(4096), 4096)))))
     out.append(Workload("toy_example [10]", lambda: (toy_example, (rnd(10), torch.ones(10, device=device)))))
 

@@ -23,7 +23,7 @@ import compiler
 
 from . import markers
 from .machine import resolve_device, worker_index
-from .measure import MeasureError, Measurement, Target, measure, nvml, peak_bandwidth_gbps
+from .measure import MeasureError, Measurement, Target, measure, ncu, nvml, peak_bandwidth_gbps
 from .settings import Settings
 
 REAL_COMPILE = torch.compile
@@ -72,8 +72,10 @@ class Fusion:
     compiled calls produced: `graphs`, `kernels`, `externs`, `fallbacks`,
     `graph_breaks`, `records` (measurements) and `metrics`."""
 
-    def __init__(self, item, settings: Settings, device: torch.device, timing_skip: str | None):
+    def __init__(self, item, settings: Settings, device: torch.device, timing_skip: str | None,
+                 ncu_path: str | None = None):
         self.nodeid = item.nodeid
+        self.config = item.config
         self.trace_dir = _trace_dir(item.config)
         self.settings = settings
         self.device = device
@@ -81,6 +83,9 @@ class Fusion:
         self.gates = markers.gates_of(item)
         self.timing_off = "--fusion-no-perf" if settings.no_perf else None
         self.timing_skip = timing_skip
+        self.ncu_child = item.config.getoption("fusion_ncu_child")  # this process runs under ncu
+        self.ncu_path = ncu_path  # --fusion-ncu on CUDA: the ncu that measures DRAM bytes
+        self.dram_bytes: dict | None = None
         self.graphs: list[compiler.GraphRecord] = []
         self.graph_break_reasons: list[str] = []
         self.records: list[Measurement] = []
@@ -239,10 +244,13 @@ class Fusion:
             return
         handle.measured = True
         t = handle.target
+        if self.ncu_child:  # ncu profiles one warm call of ours; the parent measures the rest
+            ncu.profiled_call(t.call(t.compiled), self.device, self.settings.warmup)
+            return
         reference = None
-        speed = self.gates.get("min_speedup", {})
         # TorchInductor is compiled and timed only for a gate that applies on this device
-        wants = speed.get("over") == "inductor" and speed.get("device") in (None, self.device.type)
+        wants = any(name == "min_speedup" and a["over"] == "inductor" and a["device"] in (None, self.device.type)
+                    for name, a in self.gates)
         if self._timing() and wants and self.backend == "fusion":
             ref = REAL_COMPILE(t.eager, backend="inductor", dynamic=False)
             start = time.perf_counter()
@@ -268,8 +276,15 @@ class Fusion:
         return lambda label: trace_path(self.trace_dir, self.nodeid, label + suffix)
 
     def measure_pending(self) -> None:
+        """Measure the calls not yet measured; then DRAM bytes under ncu (it re-runs the test)."""
         for handle in self._compiled:
             self._measure(handle)
+        if self.ncu_path and self.records:
+            try:
+                self.dram_bytes = ncu.measure_dram(self.ncu_path, self.config, self.nodeid, self.settings, self.device)
+            except MeasureError as e:
+                self.error = str(e)
+                raise
 
     def close(self) -> None:
         self._closed = True
@@ -330,6 +345,7 @@ class Fusion:
                 "peak_gbps": peak_bandwidth_gbps(self.device),
             }
         m["nvml"] = next((r.nvml for r in recs if r.nvml), None)
+        m["dram_bytes"] = self.dram_bytes
         return m
 
 
@@ -353,15 +369,22 @@ def create(item) -> Fusion:
     if device is None:
         pytest.skip(f"fusion device {settings.device!r} asked for, but this machine has no CUDA device")
     timing_skip = item.config.stash.get(TIMING_SKIP, None)
-    if device.type == "cuda" and not settings.no_perf and timing_skip is None:
+    child = item.config.getoption("fusion_ncu_child")
+    if device.type == "cuda" and not settings.no_perf and timing_skip is None and not child:
         try:
             nvml.check(device)
         except nvml.NvmlError as e:
-            pytest.fail(f"pytest-fusion: {e}", pytrace=False)
+            raise pytest.fail.Exception(f"pytest-fusion: {e}", pytrace=False) from None  # one message, no chain
+    ncu_path = None
+    if device.type == "cuda" and settings.ncu and not child:
+        try:
+            ncu_path = ncu.find()
+        except MeasureError as e:
+            raise pytest.fail.Exception(f"pytest-fusion: {e}", pytrace=False) from None
     # a function compiled by an earlier test would hit Dynamo's cache and record nothing
     torch._dynamo.reset()
     torch.manual_seed(zlib.crc32(item.nodeid.encode()))
-    state = Fusion(item, settings, device, timing_skip)
+    state = Fusion(item, settings, device, timing_skip, ncu_path)
     item.stash[STATE] = state
     return state
 

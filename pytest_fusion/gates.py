@@ -16,6 +16,7 @@ class Context:
     measured: bool  # some compiled call was profiled
     timing_off: str | None = None  # why timing gates are not evaluated, by the user's choice
     timing_skip: str | None = None  # why timing cannot be trusted here (skips the test)
+    ncu: bool = False  # --fusion-ncu: DRAM bytes measured by Nsight Compute gate too
 
 
 @dataclasses.dataclass
@@ -57,6 +58,11 @@ def _unmeasured(marker, expected, reason, skip=True) -> dict:
     return g
 
 
+def label(g: dict) -> str:
+    """A gate's name in one-line reasons: stacked min_speedup gates say which reference."""
+    return f"{g['marker']} over {g['over']}" if "over" in g else g["marker"]
+
+
 def _launches(marker, spec, metrics, ctx, exact: bool) -> dict:
     n = spec["n"]
     if metrics.get("launches") is None:
@@ -68,6 +74,12 @@ def _launches(marker, spec, metrics, ctx, exact: bool) -> dict:
 
 
 def _speedup(spec, metrics, ctx) -> dict:
+    g = _speedup_verdict(spec, metrics, ctx)
+    g.update(over=spec["over"], device=spec["device"])  # which of the stacked marks
+    return g
+
+
+def _speedup_verdict(spec, metrics, ctx) -> dict:
     over, x = spec["over"], spec["x"]
     marker = "min_speedup"
     if spec["device"] is not None and spec["device"] != ctx.device:
@@ -91,9 +103,21 @@ def _speedup(spec, metrics, ctx) -> dict:
     return _gate(marker, x, speedup, False, f"expected at least {x:g}x over {over}, measured {speedup:.2f}x ({how})")
 
 
-def evaluate(spec: dict[str, dict], metrics: dict, ctx: Context) -> Verdict:
+def _dram(limit: int, metrics: dict, ctx: Context) -> dict:
+    """max_memory_traffic against the DRAM bytes ncu measured: the hardware's figure
+    beside the compiler's count."""
+    marker = "max_memory_traffic.dram"
+    if ctx.device != "cuda":
+        return _unmeasured(marker, limit, f"n/a: ncu measures CUDA kernels; this run is on {ctx.device}", skip=False)
+    dram = metrics.get("dram_bytes")
+    if dram is None:
+        return _gate(marker, limit, None, False, "nothing to measure: the test made no call of a compiled function")
+    return _at_most(marker, limit, dram["read"] + dram["write"], format_size, " of DRAM traffic per call (ncu)")
+
+
+def evaluate(spec: list[tuple[str, dict]], metrics: dict, ctx: Context) -> Verdict:
     gates: list[dict] = []
-    for name, args in spec.items():
+    for name, args in spec:
         if name == "expect_kernels":
             gates.append(_exact(name, args["n"], metrics["kernels"], "kernel", "generated"))
             for key, noun in (("extern", "extern call"), ("fallback", "fallback")):
@@ -113,6 +137,8 @@ def evaluate(spec: dict[str, dict], metrics: dict, ctx: Context) -> Verdict:
                 gates.append(_unmeasured(name, args["bytes"], "TorchInductor reported no byte count (it counts the graphs it compiles, not those from its FX graph cache)"))
             else:
                 gates.append(_at_most(name, args["bytes"], total, format_size, " of memory traffic per call", "moved"))
+            if ctx.ncu:
+                gates.append(_dram(args["bytes"], metrics, ctx))
         elif name == "expect_graph_breaks":
             reasons = metrics.get("graph_break_reasons", [])
             gates.append(_exact(name, args["n"], metrics["graph_breaks"], "graph break", "Dynamo made", "; ".join(reasons[:3])))
@@ -125,7 +151,7 @@ def evaluate(spec: dict[str, dict], metrics: dict, ctx: Context) -> Verdict:
         elif name == "min_speedup":
             gates.append(_speedup(args, metrics, ctx))
     failures = [f"{g['marker']}: {g['message']}" if "." in g["marker"] else g["message"] for g in gates if g["passed"] is False]
-    skips = [f"{g['marker']}: {g['message']}" for g in gates if g["passed"] is None and g.pop("skip")]
+    skips = [f"{label(g)}: {g['message']}" for g in gates if g["passed"] is None and g.pop("skip")]
     for g in gates:
         g.pop("skip", None)
     return Verdict(gates, failures, skips)
@@ -138,7 +164,7 @@ def section(verdict: Verdict | None, graphs: list, metrics: dict) -> str:
         lines.append("gates:")
         for g in verdict.gates:
             mark = {True: "ok  ", False: "FAIL", None: "skip"}[g["passed"]]
-            lines.append(f"  {mark} {g['marker']}: {g['message']}")
+            lines.append(f"  {mark} {label(g)}: {g['message']}")
     for g in graphs:
         lines.append(
             f"graph {g.graph_id} ({g.kind}, {g.device}): {plural(g.aten_nodes, 'ATen op')} -> {plural(len(g.kernels), 'kernel')}, "
@@ -167,6 +193,10 @@ def section(verdict: Verdict | None, graphs: list, metrics: dict) -> str:
             + (f" (read {format_size(metrics['bytes_read'])}, written {format_size(metrics['bytes_written'])})"
                if metrics.get("bytes_read") is not None else "")
         )
+    if metrics.get("dram_bytes"):
+        d = metrics["dram_bytes"]
+        lines.append(f"DRAM bytes per call (ncu): {format_size(d['read'] + d['write'])} (read {format_size(d['read'])}, "
+                     f"written {format_size(d['write'])}, {plural(d['kernels'], 'kernel')})")
     if metrics.get("peak_memory_bytes") is not None:
         lines.append(f"peak memory per call: {format_size(metrics['peak_memory_bytes'])}")
     if metrics.get("median_ms"):

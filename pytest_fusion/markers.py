@@ -61,7 +61,7 @@ def max_memory_traffic(size):
 
 
 def min_speedup(x, *, over="eager", device=None):
-    """median time of `over` ("eager"|"inductor") / median time of ours >= x; device="cuda"|"cpu" limits it to that device"""
+    """median time of `over` ("eager"|"inductor") / median time of ours >= x; device="cuda"|"cpu" limits it to that device; marks with different over or device stack"""
     if isinstance(x, bool) or not isinstance(x, (int, float)) or not x > 0:
         raise MarkerError(f"x must be a positive number, not {x!r}")
     return {
@@ -139,6 +139,26 @@ def problems(item) -> list[str]:
                 out.append(f"{item.nodeid}: @pytest.mark.{name}{_call_repr(mark)}: {e}")
             except Exception as e:  # an argument too odd to compare (a tensor, say)
                 out.append(f"{item.nodeid}: @pytest.mark.{name}{_call_repr(mark)}: {type(e).__name__}: {e}")
+    return out + _stacking_problems(item)
+
+
+def _stacking_problems(item) -> list[str]:
+    """min_speedup marks stack by (over, device); two with the same key on one node
+    (function, class or module) leave no closer one to win."""
+    out = []
+    for node in item.listchain():
+        seen = {}
+        for mark in (m for m in node.own_markers if m.name == "min_speedup"):
+            try:
+                args = _normalize(mark)
+            except Exception:
+                continue  # a bad argument: reported by problems()
+            key = (args["over"], args["device"])
+            if key in seen:
+                out.append(f"{item.nodeid}: @pytest.mark.min_speedup{_call_repr(seen[key])} and "
+                           f"@pytest.mark.min_speedup{_call_repr(mark)}: two marks over={key[0]!r} with "
+                           f"device={key[1]!r} on one {type(node).__name__.lower()}; keep one, or give each its own device")
+            seen.setdefault(key, mark)
     return out
 
 
@@ -147,13 +167,20 @@ def _call_repr(mark) -> str:
     return f"({', '.join(parts)})"
 
 
-def gates_of(item) -> dict[str, dict]:
-    """marker name -> normalized arguments of the closest marker (function over class over module)."""
-    out = {}
+def gates_of(item) -> list[tuple[str, dict]]:
+    """(marker name, normalized arguments) of each gate: the closest mark of each
+    marker (function over class over module), except min_speedup, where marks
+    stack: one gate per (over, device), the closest mark with that key."""
+    out = []
     for name in GATES:
-        mark = item.get_closest_marker(name)
-        if mark is not None:
-            out[name] = _normalize(mark)
+        if name == "min_speedup":
+            speeds: dict[tuple, dict] = {}
+            for mark in item.iter_markers(name):  # closest first
+                args = _normalize(mark)
+                speeds.setdefault((args["over"], args["device"]), args)
+            out += [(name, speeds[k]) for k in sorted(speeds, key=lambda k: (k[0], k[1] or ""))]
+        elif (mark := item.get_closest_marker(name)) is not None:
+            out.append((name, _normalize(mark)))
     return out
 
 

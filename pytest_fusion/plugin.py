@@ -72,8 +72,8 @@ def pytest_runtest_setup(item):
 def pytest_runtestloop(session):
     """The first profiler session of a process costs seconds on CUDA: pay it before
     the first test, when this process will measure something on a GPU."""
-    if session.config.option.collectonly:
-        return
+    if session.config.option.collectonly or session.config.getoption("fusion_ncu_child"):
+        return  # under ncu nothing is timed or profiled by torch
     if not any(_uses_fusion(i) or any(i.get_closest_marker(n) for n in markers.GATES) for i in session.items):
         return
     device = resolve_device(session.config.stash[SETTINGS].device, worker_index(session.config))
@@ -115,8 +115,12 @@ def pytest_runtest_call(item):
     if state.error:
         _finish_failed(item, state)
         pytest.fail(f"pytest-fusion could not measure: {state.error}", pytrace=False)
+    if state.ncu_child:  # the parent gates; this run only made the calls ncu measured
+        state.close()
+        return outcome
     metrics = state.final_metrics = state.metrics
-    ctx = gates.Context(state.device.type, state.backend, bool(state.records), state.timing_off, state.timing_skip)
+    ctx = gates.Context(state.device.type, state.backend, bool(state.records), state.timing_off, state.timing_skip,
+                        ncu=state.settings.ncu)
     verdict = state.verdict = gates.evaluate(spec, metrics, ctx)
     state.close()
     if verdict.failures:

@@ -30,9 +30,12 @@ def _message(report) -> str:
 
 def _unevaluated(item, why: str) -> list[dict]:
     gates = []
-    for name, args in markers.gates_of(item).items():
+    for name, args in markers.gates_of(item):
         expected = args.get("n", args.get("bytes", args.get("x")))
-        gates.append({"marker": name, "expected": expected, "measured": None, "passed": None, "message": why})
+        gate = {"marker": name, "expected": expected, "measured": None, "passed": None, "message": why}
+        if name == "min_speedup":
+            gate.update(over=args["over"], device=args["device"])
+        gates.append(gate)
     return gates
 
 
@@ -68,6 +71,7 @@ def user_properties(result: dict) -> list[tuple[str, object]]:
         ("fusion_kernels", m.get("kernels")),
         ("fusion_launches", m.get("launches")),
         ("fusion_bytes", m.get("bytes_total")),
+        ("fusion_dram_bytes", _dram_total(m)),
         ("fusion_graph_breaks", m.get("graph_breaks")),
         ("fusion_peak_memory_bytes", m.get("peak_memory_bytes")),
     ]
@@ -77,13 +81,19 @@ def user_properties(result: dict) -> list[tuple[str, object]]:
     return [(k, v) for k, v in props if v is not None]
 
 
+def _dram_total(m: dict) -> int | None:
+    d = m.get("dram_bytes")
+    return None if d is None else d["read"] + d["write"]
+
+
 def summary_row(result: dict) -> list[str]:
-    """test, kernels, launches, bytes, speedup, verdict"""
+    """test, kernels, launches, bytes (and what ncu measured), speedup, verdict"""
     m = result.get("metrics") or {}
 
     def show(v):
         return "-" if v is None else str(v)
 
     speed = ", ".join(f"{x:.2f}x {over}" for over, x in (m.get("speedup") or {}).items()) or "-"
-    return [result["nodeid"], show(m.get("kernels")), show(m.get("launches")),
-            format_size(m.get("bytes_total")), speed, result["outcome"]]
+    dram = _dram_total(m)
+    moved = format_size(m.get("bytes_total")) + (f" (ncu {format_size(dram)})" if dram is not None else "")
+    return [result["nodeid"], show(m.get("kernels")), show(m.get("launches")), moved, speed, result["outcome"]]

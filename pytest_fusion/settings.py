@@ -17,6 +17,7 @@ class Settings:
     no_perf: bool = False  # count gates only: no timing, no NVML energy loop
     tolerance_scale: float = 1.0  # scales the per-dtype tolerances of the eager comparison
     nvml_seconds: float = 2.0  # length of the NVML energy loop on GPU (0: off)
+    ncu: bool = False  # DRAM bytes per call from Nsight Compute (CUDA; one child process per test)
 
 
 def _choice(*choices):
@@ -71,6 +72,8 @@ OPTIONS = {
     "no_perf": (_bool, "count gates only: skip timing and NVML"),
     "tolerance_scale": (_float(True), "scale the per-dtype tolerances of the comparison with eager"),
     "nvml_seconds": (_float(False), "seconds of the NVML energy-per-call loop on GPU (0 turns it off)"),
+    "ncu": (_bool, "measure DRAM bytes per call with Nsight Compute (ncu) on CUDA, re-running each measured test "
+                   "under ncu; max_memory_traffic gates them too"),
 }
 
 
@@ -96,6 +99,9 @@ def add_options(parser) -> None:
             group.addoption(flag, default=None, dest=f"fusion_{name}", type=_argparse_type(name, parse),
                             help=f"{help_} (default: {default})")
         parser.addini(f"fusion_{name}", f"{help_} (default: {default})", default=None)
+    # internal: the run under ncu that --fusion-ncu starts (see measure/ncu.py)
+    group.addoption("--fusion-ncu-child", action="store_true", default=False, dest="fusion_ncu_child",
+                    help=argparse.SUPPRESS)
 
 
 def from_config(config) -> Settings:

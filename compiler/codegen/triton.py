@@ -402,7 +402,12 @@ class TritonKernel:
             return
         row_cse: dict = {}
         written: set[str] = set()  # buffers stored by earlier loops of this kernel
+        self.online = self._online_softmax_sums()
+        moved = set(self.online.values())
         for phase, members in member_order(self.k):
+            members = [m for m in members if m not in moved]
+            if not members:
+                continue  # an online sum's own loop: done in its max's loop
             if phase % 2 == 1 or phase < 0:
                 if self.split > 1 and phase > 0:
                     continue  # the epilogue: run by the last program of each block of rows
@@ -467,8 +472,41 @@ class TritonKernel:
             return f"(tl.reduce(({code}).to(tl.int8), 1, {fn}) != 0)[:, None]"
         return f"tl.reduce({code}, 1, {fn})[:, None]"
 
+    def _online_softmax_sums(self) -> dict:
+        """{max member: sum member} for sum(exp(a - max(a))) over a looped row
+        (softmax, log_softmax): the sum is kept relative to a running max in
+        the max's loop, which saves a pass over the row."""
+        if self.split > 1:
+            return {}
+        out = {}
+        maxes = {m.node.name: m for m in self.k.members
+                 if m.role == "reduction" and m.node.buffer.reduction_type == "max" and m.node.name not in self.alias}
+        for s in self.k.members:
+            if s.role != "reduction" or s.node.buffer.reduction_type != "sum" or s.node.name in self.alias:
+                continue
+            e = s.value
+            if e.op != "exp" or e.args[0].op != "sub":
+                continue
+            a, shift = e.args[0].args
+            m = maxes.get(shift.args[0]) if shift.op == "load" else None
+            if m is not None and m.value == a and s.phase == m.phase + 2 and "r0" not in str(shift.args[1]):
+                out[m] = s
+        return out
+
+    def _online_step(self, m: Member, s: Member, code: str, ind: str, body: list[str]):
+        """After the max's update: rescale the sum to the new max, add this block.
+        A lane whose max is still -inf has summed nothing (exp(-inf - -inf) is NaN)."""
+        acc, sacc = f"_acc_{m.node.name}", f"_acc_{s.node.name}"
+        empty = f"{acc} == float('-inf')"
+        step = f"tl.where({empty}, 0.0, {sacc} * tl.exp({sacc}_max - {acc}) + tl.exp({code} - {acc}))"
+        if self.need_mask["r"]:
+            step = f"tl.where(rmask, {step}, {sacc})"
+        body.append(f"{ind}{sacc} = {step}")
+
     def _loop(self, members: list[Member], row_cse: dict, body: list[str]):
+        online = {m: s for m, s in self.online.items() if m in members}
         reds = [m for m in members if m.role == "reduction" and m.node.name not in self.alias]
+        reds += list(online.values())
         for m in reds:
             t = m.value.dtype
             rt = m.node.buffer.reduction_type
@@ -519,12 +557,21 @@ class TritonKernel:
                 self.helpers.add(f"_{rt}_nan")
             if self.need_mask["r"]:
                 step_code = f"tl.where(rmask, {step_code}, {acc})"
+            if m in online:
+                body.append(f"{ind}_acc_{online[m].node.name}_max = {acc}")
             body.append(f"{ind}{acc} = {step_code}")
+            if m in online:
+                self._online_step(m, online[m], code, ind, body)
         for m in reds:
             rt = m.node.buffer.reduction_type
             acc = f"acc_{m.node.name}"
             index = f"_{acc}_i" if rt in ("argmax", "argmin") else None
-            body.append(f"    {acc} = {self._final(rt, '_' + acc, index, positional=False)}")
+            lanes = "_" + acc
+            base = next((b for b, s in online.items() if s is m), None)
+            if base is not None:  # lane sums are relative to lane maxes: bring them to the row's
+                bacc = f"_acc_{base.node.name}"
+                lanes = f"tl.where({bacc} == float('-inf'), 0.0, {lanes} * tl.exp({bacc} - acc_{base.node.name}))"
+            body.append(f"    {acc} = {self._final(rt, lanes, index, positional=False)}")
             v = Value(acc, frozenset({"x"}))
             self.regs[m.node.name] = v
             if self.split == 1:

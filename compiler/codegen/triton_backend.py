@@ -8,6 +8,9 @@ from ..runtime import triton_build
 from . import triton
 
 render = triton.render
+# Triton assumes nothing about pointer aliasing (C++ kernels declare __restrict__),
+# so a pointwise kernel may write over an input it reads at the same index
+ALIASED_POINTERS_OK = True
 
 
 def meta_of(source: str) -> dict:

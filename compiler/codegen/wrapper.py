@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import sympy
 import torch
 
 from .. import ir
@@ -14,8 +15,10 @@ from ..scheduler import ExternStep, FusedKernel
 
 
 class WrapperCode:
-    def __init__(self, graph, sched, launch_code):
-        """launch_code(kernel_step, arg_names) -> one line of Python launching it."""
+    def __init__(self, graph, sched, launch_code, in_place: bool = False):
+        """launch_code(kernel_step, arg_names) -> one line of Python launching it.
+        in_place: a pointwise kernel may write its output over an input it is the
+        last to read (the backend's kernels must allow aliased pointers)."""
         self.g = graph
         self.sched = sched
         self.launch_code = launch_code
@@ -23,6 +26,8 @@ class WrapperCode:
         self.ns: dict = {"torch": torch, "empty_strided": torch.empty_strided, "reinterpret": _reinterpret, "laid_out": _laid_out}
         self.allocated: dict[str, str] = {}  # buffer -> python name holding its storage
         self.pool: dict[tuple, list[str]] = {}
+        self.in_place = in_place
+        self.taken: set[str] = set()  # inputs whose storage a kernel's output took over
 
     def stash(self, value, prefix="const") -> str:
         name = f"{prefix}{len(self.ns)}"
@@ -69,11 +74,12 @@ class WrapperCode:
         outputs = {o.buffer.name for o in g.outputs if isinstance(o, View)}
         for pos, step in enumerate(self.sched.steps):
             if isinstance(step, FusedKernel):
-                self._kernel(step)
+                dying = [n for n in last_use.get(pos, []) if n not in outputs and n in self.allocated] if self.in_place else []
+                self._kernel(step, dying)
             else:
                 self._extern(step)
             for name in last_use.get(pos, []):
-                if name not in outputs and name in self.allocated and not name.startswith("arg"):
+                if name not in outputs and name in self.allocated and not name.startswith("arg") and name not in self.taken:
                     self._free(name)
         outs = []
         for o in g.outputs:
@@ -93,7 +99,7 @@ class WrapperCode:
         self.allocated[buf.name] = buf.name
 
     def _free(self, name: str):
-        buf = next(b for b in self.g.buffers if b.name == name)
+        buf = self._buffer(name)
         if isinstance(buf, ir.ComputedBuffer):
             self.pool.setdefault((tuple(buf.size), tuple(buf.stride), buf.dtype), []).append(name)
         else:
@@ -105,15 +111,42 @@ class WrapperCode:
             self.ns["device"] = self.g.device
         return "device"
 
-    def _kernel(self, k: FusedKernel):
+    def _kernel(self, k: FusedKernel, dying: list[str]):
         from .common import kernel_args
 
         for m in k.members:
             if m.stored and m.node.buffer.store_target is None:
-                self._alloc(m.node.buffer)
+                donor = self._in_place_donor(k, m, dying)
+                if donor:
+                    self.taken.add(donor)
+                    dying.remove(donor)
+                    self.lines.append(f"    {m.node.name} = {self.allocated[donor]}  # in place of {donor}")
+                    self.allocated[m.node.name] = m.node.name
+                else:
+                    self._alloc(m.node.buffer)
         args = kernel_args(k)
         names = [self.allocated.get(n, n) for n in args.all()]
         self.lines.append("    " + self.launch_code(k, names))
+
+    def _in_place_donor(self, k: FusedKernel, m, dying: list[str]) -> str | None:
+        """An input this pointwise kernel reads last, in m's layout and only where
+        m writes: m can overwrite it (a write to a line the producer just left in
+        L2, and one allocation fewer). Only the kernel's last member: the code of
+        earlier ones, which might load the input again, runs before m stores."""
+        if k.is_reduction or m is not k.members[-1]:
+            return None
+        out = m.node.buffer
+        for name in dying:
+            buf = self._buffer(name)
+            fresh = isinstance(buf, ir.ComputedBuffer) or (isinstance(buf, ir.ExternCall) and buf.kind == "extern" and buf.outputs == 1)
+            same = fresh and (tuple(buf.size), tuple(buf.stride), buf.dtype) == (tuple(out.size), tuple(out.stride), out.dtype)
+            reads = [idx for other in k.members for idx in other.reads.get(name, [])]
+            if same and all(idx is not None and sympy.expand(idx - m.store_index) == 0 for idx in reads):
+                return name
+        return None
+
+    def _buffer(self, name: str) -> ir.Buffer:
+        return next(b for b in self.g.buffers if b.name == name)
 
     def _extern(self, step: ExternStep):
         buf = step.buffer

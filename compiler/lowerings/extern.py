@@ -9,7 +9,7 @@ import torch
 from .. import ir
 from ..graph import Lazy, View
 from ..index import contiguous_strides, is_dense
-from .registry import out_val, register
+from .registry import make_pointwise, out_val, register, upcast
 
 aten = torch.ops.aten
 
@@ -48,13 +48,15 @@ def _view_of_realized(g, a: Lazy):
     return View(g.realize(root, contiguous).buffer, a.size, stride, offset)
 
 
-def call_aten(g, node, args, kwargs, kind, reason=""):
+def call_aten(g, node, args, kwargs, kind, reason="", target=None, fx_args=None):
+    """`target`, `fx_args`: the op to call instead of the node's own, and its FX
+    arguments (addmm called as mm)."""
     val = node.meta.get("val")
-    call_args = tuple(_to_ref(g, a, f) for a, f in zip(args, node.args))
+    call_args = tuple(_to_ref(g, a, f) for a, f in zip(args, node.args if fx_args is None else fx_args))
     call_kwargs = {k: _to_ref(g, v, node.kwargs.get(k)) for k, v in kwargs.items()}
     origins = (node.name,)
     common = dict(
-        device=g.device, target=node.target, args=call_args, kwargs=call_kwargs,
+        device=g.device, target=target or node.target, args=call_args, kwargs=call_kwargs,
         origins=origins, origin_ops=g.ops_of(origins), kind=kind, reason=reason,
     )
     if isinstance(val, torch.Tensor):
@@ -77,7 +79,23 @@ def fallback(g, node, args, kwargs, reason):
     return call_aten(g, node, args, kwargs, "fallback", reason)
 
 
-@register(aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default, aten.convolution.default,
+@register(aten.addmm.default)
+def addmm(g, node, bias, a, b, *, beta=1, alpha=1):
+    """Where only pointwise ops consume the product, call mm and add the bias
+    in their kernel, as TorchInductor does: bias and activation then cost one
+    kernel, and cuBLAS runs its plain GEMM. Otherwise one ATen addmm."""
+    users = list(node.users)
+    only_pointwise = users and all(
+        isinstance(u.target, torch._ops.OpOverload) and torch.Tag.pointwise in u.target.tags for u in users
+    )
+    if beta == 1 and alpha == 1 and only_pointwise and getattr(bias, "ndim", 0) >= 1:
+        product = call_aten(g, node, (a, b), {}, "extern", target=aten.mm.default, fx_args=node.args[1:3])
+        cdt = upcast(out_val(node).dtype)
+        return make_pointwise(g, node, lambda p, c: ir.op("add", p, c, dtype=cdt), [product, bias])
+    return extern(g, node, bias, a, b, beta=beta, alpha=alpha)
+
+
+@register(aten.mm.default, aten.bmm.default, aten.baddbmm.default, aten.convolution.default,
           aten.convolution_backward.default,
           aten._scaled_dot_product_flash_attention_for_cpu.default,
           aten._scaled_dot_product_flash_attention_for_cpu_backward.default,

@@ -8,7 +8,7 @@ import math
 import torch
 
 from .. import ir
-from ..graph import View
+from ..graph import Lazy, View
 from ..index import contiguous_strides, linear_index, loop_vars
 from .registry import Unsupported, make_pointwise, origins_of, out_val, register, upcast
 
@@ -155,6 +155,9 @@ def var(g, node, x, dim=None, *args, correction=None, keepdim=False, unbiased=No
     dims = _dims(x, dim)
     n = math.prod(x.size[d] for d in dims)
     cdt = upcast(out_val(node).dtype)
+    denom = max(n - correction, 0)
+    if n > ONE_PASS_MIN_ROW:
+        return _var_one_pass(g, node, x, dims, n, denom, cdt)
     mean = _mean_keepdim(g, node, x, dims)
     sq = make_pointwise(
         g, node,
@@ -162,8 +165,37 @@ def var(g, node, x, dim=None, *args, correction=None, keepdim=False, unbiased=No
         [x, mean], out_dtype=cdt, size=x.size,
     )
     total = reduce(g, node, sq, dims, "sum", out_dtype=cdt)
-    denom = max(n - correction, 0)
     return make_pointwise(g, node, lambda t: ir.op("truediv", t, ir.const(denom, cdt), dtype=cdt), [total])
+
+
+# Rows longer than this do not stay in registers or L1, so a second pass over
+# them (squared deviations from the mean) would read them from memory again.
+ONE_PASS_MIN_ROW = 8192
+
+
+def _var_one_pass(g, node, x, dims, n, denom, cdt):
+    """Variance in one pass from sums shifted by the row's first element k:
+    n*var = sum((x-k)^2) - sum(x-k)^2/n. Shifting by a value of the row keeps
+    the cancellation small whatever the mean (the textbook sum(x^2) - sum(x)^2/n
+    loses every digit when mean >> std), and one-pass sums split across
+    programs, which long rows over few outer indices need to fill a GPU."""
+    first = [0 if d in dims else None for d in range(x.ndim)]
+
+    def shifted(power):
+        def fn(idx):
+            k = [i if f is None else 0 for i, f in zip(idx, first)]
+            d = ir.op("sub", ir.cast(x.load(idx), cdt), ir.cast(x.load(k), cdt), dtype=cdt)
+            return d if power == 1 else ir.op("mul", d, d, dtype=cdt)
+        return Lazy(x.size, cdt, fn, origins_of(g, node, x))
+
+    s1 = reduce(g, node, shifted(1), dims, "sum", out_dtype=cdt)
+    s2 = reduce(g, node, shifted(2), dims, "sum", out_dtype=cdt)
+    # clamped at 0: rounding can leave a tiny negative where all values are equal
+    return make_pointwise(
+        g, node,
+        lambda a, b: ir.op("truediv", ir.op("maximum", ir.op("sub", b, ir.op("truediv", ir.op("mul", a, a, dtype=cdt), ir.const(n, cdt), dtype=cdt), dtype=cdt), ir.const(0.0, cdt), dtype=cdt), ir.const(denom, cdt), dtype=cdt),
+        [s1, s2],
+    )
 
 
 def _mean_keepdim(g, node, x, dims):

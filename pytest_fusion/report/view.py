@@ -13,7 +13,7 @@ from .schema import summarize
 
 VIEW_OPS = {"view", "_unsafe_view", "reshape", "permute", "expand", "squeeze", "unsqueeze", "t", "transpose",
             "slice", "select", "as_strided", "alias", "getitem", "unbind", "split", "split_with_sizes"}
-BYTE_MARKERS = {"max_memory_traffic", "max_peak_memory"}
+BYTE_MARKERS = {"max_memory_traffic", "max_memory_traffic.dram", "max_peak_memory"}
 TIMING = (("eager", "eager", "#8a8f98"), ("fusion", "fusion (ours)", "#2563eb"), ("inductor", "inductor", "#e07b00"))
 NVML_UNITS = {"clock_sm_mhz": ("SM clock", "MHz"), "clock_mem_mhz": ("memory clock", "MHz"),
               "temperature_c": ("temperature", "°C"), "power_w": ("power", "W"),
@@ -210,7 +210,9 @@ def test_view(t: dict, uid: str) -> dict:
         floor_ms = ((m.get("bytes_read") or 0) + (m.get("bytes_written") or 0)) / (peak * 1e9) * 1e3
     gates = [dict(g, expected_text=fmt_value(g["marker"], g.get("expected")),
                   measured_text=fmt_value(g["marker"], g.get("measured")),
-                  verdict={True: "passed", False: "failed", None: "skipped"}[g.get("passed")])
+                  verdict={True: "passed", False: "failed", None: "skipped"}[g.get("passed")],
+                  # stacked min_speedup gates: which reference each one is over
+                  marker=f"{g['marker']} over {g['over']}" if g.get("over") else g["marker"])
              for g in t.get("gates", [])]
     nvml = [(NVML_UNITS.get(k, (k, ""))[0], _nvml_value(v), NVML_UNITS.get(k, (k, ""))[1])
             for k, v in (m.get("nvml") or {}).items()]

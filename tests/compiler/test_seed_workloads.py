@@ -78,11 +78,20 @@ def test_layer_norm_mean_is_reduced_once():
     assert len(reductions) == 2, reductions  # sum(x) and sum((x - mean)^2)
 
 
+def test_linear_without_pointwise_consumer_stays_one_addmm():
+    """Nothing to fuse the bias into: ATen's addmm adds it in the GEMM."""
+    lin = nn.Linear(33, 17)
+    cap = run(lambda x: lin(x).sum(0), torch.randn(9, 33))
+    assert [e.op for e in cap.externs] == ["aten.addmm.default"]
+
+
 def test_mixed_model_is_two_kernels_and_two_externs():
     torch.manual_seed(2)
     cap = run(MixedModel().eval(), torch.randn(64, 512))
     assert len(cap.kernels) == 2, [(k.name, k.split_reason) for k in cap.kernels]
-    assert len(cap.externs) == 2 and all("addmm" in e.op for e in cap.externs)
+    # each linear is a plain mm; its bias is added in the kernel of the ops after it
+    assert [e.op for e in cap.externs] == ["aten.mm.default"] * 2
+    assert all("addmm" in k.aten_ops for k in cap.kernels)
     assert not cap.fallbacks
     # the extern ends a group: each kernel says why it did not join the one before
     assert all(k.split_reason for k in cap.kernels[1:])

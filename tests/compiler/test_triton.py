@@ -138,6 +138,20 @@ def test_pointwise_model_is_one_kernel(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_pointwise_epilogue_writes_over_the_matmul_result(device):
+    """bias + activation after a matmul write in place of the product (the last
+    reader of it, same layout and index); a transposed read cannot."""
+    lin = nn.Linear(40, 24).to(device)
+    x = rand(33, 40, device=device)
+    with torch.no_grad():
+        cap = check(lambda x: torch.relu(lin(x)) * 2, x)
+    assert "in place of" in cap.graphs[0].wrapper_source
+    torch._dynamo.reset()
+    cap = check(lambda a: (a.sin() @ a).t() + 1, rand(33, 33, device=device))
+    assert "in place of" not in cap.graphs[0].wrapper_source
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_multiple_outputs_and_input_mutation(device):
     x = rand(129, device=device)
     check(lambda x: (x.sin(), x.cos() * 2), x)
@@ -162,6 +176,21 @@ def test_softmax_family_persistent(device):
     cap = check(lambda x: x.softmax(-1), x)
     assert len(cap.kernels) == 1 and cap.kernels[0].kind == "reduction"
     check(lambda x: F.log_softmax(x, -1), x)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_long_row_softmax_is_online(device, dtype):
+    """Rows too long for registers: max and sum of exp in one pass (the sum
+    rescaled as the max grows), then the output: two passes, not three. Rows of
+    -inf, a NaN and a huge value keep eager's results."""
+    x = (rand(6, 20001 if device == "cpu" else 50257, device=device) * 5).to(dtype)
+    x[1] = float("-inf")
+    x[2, 100:] = float("-inf")
+    x[3, 7] = float("nan")
+    x[4, -2] = 1000
+    cap = check(lambda x: (x.softmax(-1), F.log_softmax(x, -1)), x, equal_nan=True)
+    assert len(cap.kernels) == 1 and cap.kernels[0].source.count("for roffset") == 2
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -206,6 +235,23 @@ def test_split_reductions_over_few_rows(device):
     rows = 9000 if device == "cpu" else 65536
     cap = check(lambda x: (x * 2).sum(0) + 1, rand(rows, 40, device=device), tol=long_sum)
     assert "atomic_add" in cap.kernels[0].source
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_group_norm_statistics_take_one_split_pass(device):
+    """Long groups over few rows: the variance is one pass of shifted sums (no
+    reduction reads another's result), so the statistics kernel reads x once
+    and, on a GPU, splits across programs."""
+    shape, groups = ((2, 16, 29, 31), 1) if device == "cpu" else ((32, 256, 56, 57), 4)  # 14384 or 204288 a group
+    norm = nn.GroupNorm(groups, shape[1]).to(device).eval()
+    x = rand(*shape, device=device) * 3 + 100  # far from 0: a naive E[x^2]-E[x]^2 would lose every digit
+    with torch.no_grad():
+        cap = check(norm, x)
+    reductions = [line for line in cap.graphs[0].ir.splitlines() if "= reduction" in line]
+    assert len(reductions) == 3 and not any("load(buf" in line for line in reductions), reductions
+    assert len([k for k in cap.kernels if k.kind == "reduction"]) == 1
+    if device == "cuda":  # 128 rows cannot fill the GPU: several programs per row
+        assert "atomic_add" in cap.kernels[0].source
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -123,7 +123,7 @@ def test_routed_only_while_the_test_runs():
 """)
     result.assert_outcomes(passed=5)
     res = results(result)
-    assert res["test_it.py::test_module"]["metrics"]["launch_names"] == ["aten::addmm", "cpp_poi_fused_add_mul_relu_0"]
+    assert res["test_it.py::test_module"]["metrics"]["launch_names"] == ["aten::mm", "cpp_poi_fused_add_addmm_mul_relu_0"]
     assert res["test_it.py::test_decorator_with_a_graph_break"]["metrics"]["graph_break_reasons"]
     assert "test_it.py::test_not_routed_without_a_marker" not in res
 

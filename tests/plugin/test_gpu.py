@@ -1,6 +1,6 @@
 """What only a GPU measures: device kernel launches (and CUDA graph launches apart),
-peak memory from the caching allocator, CUDA-event timings, NVML readings.
-Skipped, with the reason, on a machine without CUDA."""
+peak memory from the caching allocator, CUDA-event timings, NVML readings, DRAM
+bytes from Nsight Compute. Skipped, with the reason, on a machine without CUDA."""
 from __future__ import annotations
 
 import pytest
@@ -102,4 +102,42 @@ def test_missing_nvml_is_a_test_error(pytester, monkeypatch):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--fusion-device=cuda", timeout=300)
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*pytest-fusion: NVML readings need nvidia-ml-py on a GPU run: pip install nvidia-ml-py*"])
+    assert "INTERNALERROR" not in result.stdout.str()
+
+
+def test_ncu_dram_bytes_of_a_call(results, run):
+    from pytest_fusion.measure import MeasureError, ncu
+
+    try:
+        ncu.find()
+    except MeasureError as e:
+        pytest.skip(str(e))
+    # 2**25 float32 in and out (134 MB each): more than the L2 (50 MB on an H100) holds,
+    # so most writes reach DRAM within the profiled call
+    result = run("""
+import pytest
+
+@pytest.mark.expect_kernels(1)
+@pytest.mark.max_memory_traffic("280 MB")
+def test_pointwise(fusion):
+    fusion.run(lambda x: ((x + 1) * 2).sin(), fusion.randn(2**25))
+""", "--fusion-device=cuda", "--fusion-no-perf", "--fusion-ncu")
+    result.assert_outcomes(passed=1)
+    (res,) = results(result).values()
+    m = res["metrics"]
+    dram, counted = m["dram_bytes"], m["bytes_total"]
+    print("ncu:", dram, "compiler:", counted)
+    assert counted == 2 * 4 * 2**25 and dram["kernels"] == 1
+    assert 0.5 * counted <= dram["read"] + dram["write"] <= 2 * counted
+    gate = next(g for g in res["gates"] if g["marker"] == "max_memory_traffic.dram")
+    assert gate["passed"] is True and gate["measured"] == dram["read"] + dram["write"]
+    result.stdout.fnmatch_lines(["*test_pointwise * 268 MB (ncu *)*passed"])
+
+
+def test_ncu_missing_is_a_test_error(run, monkeypatch):
+    monkeypatch.setenv("FUSION_NCU", "/nonexistent/ncu")
+    result = run("def test_case(fusion):\n    fusion.run(lambda x: x * 2, fusion.randn(100))\n",
+                 "--fusion-device=cuda", "--fusion-no-perf", "--fusion-ncu")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*pytest-fusion: --fusion-ncu: FUSION_NCU=/nonexistent/ncu is not an executable file*"])
     assert "INTERNALERROR" not in result.stdout.str()

@@ -2,6 +2,8 @@
 and registration."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 # one fused pointwise kernel: x -> ((x + 1) * 2).sin(), 1001 float32 in, 1001 out
@@ -161,3 +163,58 @@ def test_markers_registered_and_strict(pytester):
         result.stdout.fnmatch_lines([f"@pytest.mark.{name}*"])
     pytester.makepyfile("import pytest\n@pytest.mark.expect_kernels(0)\ndef test_x():\n    pass\n")
     pytester.runpytest("--strict-markers", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+@pytest.mark.slow
+def test_stacked_min_speedup(pytester):
+    """min_speedup marks with different `over` (or device) stack, a closer one with the
+    same key replaces a farther one. A process of its own: the inductor reference
+    imports TorchInductor (see test_inductor.py)."""
+    pytester.makepyfile(test_it=f"""
+import pytest
+
+pytestmark = pytest.mark.min_speedup(1e6, over="eager")  # too strict: applies where no closer eager mark is
+
+@pytest.mark.min_speedup(1e-4, over="eager")
+@pytest.mark.min_speedup(1e-4, over="inductor")
+def test_both_pass(fusion):
+    fusion.run({SIN}, fusion.randn(1001))
+
+@pytest.mark.min_speedup(1e-4, over="eager")
+@pytest.mark.min_speedup(1e6, over="inductor")
+def test_inductor_fails(fusion):
+    fusion.run({SIN}, fusion.randn(1001))
+
+@pytest.mark.min_speedup(1e-4, over="eager")
+@pytest.mark.min_speedup(0.9, over="inductor", device="cuda")
+def test_cuda_gate_not_applicable(fusion):
+    fusion.run({SIN}, fusion.randn(1001))
+
+@pytest.mark.min_speedup(1e-4, over="inductor")
+def test_module_eager_mark_stacks(fusion):
+    fusion.run({SIN}, fusion.randn(1001))
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--fusion-device=cpu", "--fusion-rounds=2",
+                                           "--fusion-report-path=out.html", "-rf", timeout=300)
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines_random([
+        "expected at least 1e+06x over inductor, measured *",  # the one-line reasons
+        "expected at least 1e+06x over eager, measured *",
+        "  ok   min_speedup over eager: *x over eager, at least 0.0001x *",  # the section
+        "  FAIL min_speedup over inductor: expected at least 1e+06x over inductor, *",
+        "*test_both_pass * *x eager, *x inductor  passed",  # the summary table
+    ])
+    tests = {t["nodeid"].split("::")[1]: t for t in json.loads((pytester.path / "out.json").read_text())["tests"]}
+
+    def gates(name):
+        return [(g["over"], g["device"], g["expected"], g["passed"]) for g in tests[name]["gates"]]
+
+    assert gates("test_both_pass") == [("eager", None, 1e-4, True), ("inductor", None, 1e-4, True)]
+    assert gates("test_inductor_fails") == [("eager", None, 1e-4, True), ("inductor", None, 1e6, False)]
+    assert gates("test_cuda_gate_not_applicable") == [("eager", None, 1e-4, True), ("inductor", "cuda", 0.9, None)]
+    assert tests["test_cuda_gate_not_applicable"]["gates"][1]["message"].startswith("n/a: applies on cuda only")
+    # the inductor reference is compiled only for a gate that applies here
+    assert set(tests["test_cuda_gate_not_applicable"]["metrics"]["speedup"]) == {"eager"}
+    assert gates("test_module_eager_mark_stacks") == [("eager", None, 1e6, False), ("inductor", None, 1e-4, True)]
+    html = (pytester.path / "out.html").read_text()
+    assert '<td class="marker">min_speedup over inductor</td>' in html

@@ -7,23 +7,25 @@ import torch
 SETTINGS = """
 def test_case(fusion):
     s = fusion.settings
-    print("SETTINGS", s.device, s.backend, s.rounds, s.warmup, s.no_perf, s.tolerance_scale, s.nvml_seconds)
+    print("SETTINGS", s.device, s.backend, s.rounds, s.warmup, s.no_perf, s.tolerance_scale, s.nvml_seconds, s.ncu)
 """
 
 
 def test_defaults_and_every_option_on_the_command_line(pytester):
     pytester.makepyfile(test_it=SETTINGS)
     result = pytester.runpytest_inprocess("-s", "-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines(["*SETTINGS auto fusion 20 3 False 1.0 2.0*"])
+    result.stdout.fnmatch_lines(["*SETTINGS auto fusion 20 3 False 1.0 2.0 False*"])
     result = pytester.runpytest_inprocess(
         "-s", "-p", "no:cacheprovider", "--fusion-device=cpu", "--fusion-backend=inductor", "--fusion-rounds=7",
         "--fusion-warmup=0", "--fusion-no-perf", "--fusion-tolerance-scale=2.5", "--fusion-nvml-seconds=0",
+        "--fusion-ncu",
     )
-    result.stdout.fnmatch_lines(["*SETTINGS cpu inductor 7 0 True 2.5 0.0*"])
+    result.stdout.fnmatch_lines(["*SETTINGS cpu inductor 7 0 True 2.5 0.0 True*"])
 
 
 def test_precedence_marker_over_option_over_ini(pytester):
-    pytester.makeini("[pytest]\nfusion_rounds = 9\nfusion_warmup = 4\nfusion_tolerance_scale = 3\nfusion_no_perf = true\n")
+    pytester.makeini("[pytest]\nfusion_rounds = 9\nfusion_warmup = 4\nfusion_tolerance_scale = 3\nfusion_no_perf = true\n"
+                     "fusion_ncu = true\n")
     pytester.makepyfile(test_it=SETTINGS + """
 import pytest
 
@@ -33,7 +35,7 @@ def test_marked(fusion):
     print("MARKED", s.rounds, s.warmup, s.tolerance_scale, s.no_perf)
 """)
     result = pytester.runpytest_inprocess("-s", "-p", "no:cacheprovider", "--fusion-warmup=1")
-    result.stdout.fnmatch_lines(["*SETTINGS auto fusion 9 1 True 3.0 2.0*", "*MARKED 2 1 3.0 False*"])
+    result.stdout.fnmatch_lines(["*SETTINGS auto fusion 9 1 True 3.0 2.0 True*", "*MARKED 2 1 3.0 False*"])
 
 
 def test_rounds_are_the_timing_samples(results, run):

@@ -83,6 +83,7 @@ def test_bad_option_is_usage_error(pytester, option, problem):
     ("fusion_rounds = 0", "ini key fusion_rounds = '0': must be at least 1, not 0"),
     ("fusion_no_perf = maybe", "ini key fusion_no_perf = 'maybe': must be true or false, not 'maybe'"),
     ("fusion_backend = tvm", "ini key fusion_backend = 'tvm': must be one of fusion, inductor, not 'tvm'"),
+    ("fusion_ncu = sometimes", "ini key fusion_ncu = 'sometimes': must be true or false, not 'sometimes'"),
 ])
 def test_bad_ini_is_usage_error(pytester, ini, problem):
     pytester.makeini(f"[pytest]\n{ini}\n")
@@ -90,3 +91,49 @@ def test_bad_ini_is_usage_error(pytester, ini, problem):
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: {problem}"])
+
+
+def test_two_min_speedup_marks_with_one_key_on_one_level_are_a_usage_error(pytester):
+    pytester.makepyfile(test_it="""
+import pytest
+
+@pytest.mark.min_speedup(2, over="inductor")
+@pytest.mark.min_speedup(1.5, over="inductor")
+def test_function():
+    pass
+
+@pytest.mark.min_speedup(1.1)
+@pytest.mark.min_speedup(1.2, over="eager")
+class TestClass:
+    def test_method(self):
+        pass
+""")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: test_it.py::test_function: @pytest.mark.min_speedup(1.5, over='inductor') and "
+        "@pytest.mark.min_speedup(2, over='inductor'): two marks over='inductor' with device=None on one function; "
+        "keep one, or give each its own device",
+        "test_it.py::TestClass::test_method: @pytest.mark.min_speedup(1.2, over='eager') and "
+        "@pytest.mark.min_speedup(1.1): two marks over='eager' with device=None on one class; *",
+    ])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+def test_stacked_min_speedup_marks_that_differ_are_fine(pytester):
+    from pytest_fusion import markers
+
+    item = pytester.getitem("""
+import pytest
+
+pytestmark = [pytest.mark.min_speedup(3, over="eager"), pytest.mark.min_speedup(1.1, over="inductor")]
+
+@pytest.mark.min_speedup(2, over="eager")  # replaces the module's eager mark
+@pytest.mark.min_speedup(2.5, over="eager", device="cuda")
+@pytest.mark.min_speedup(0.9, over="inductor", device="cuda")
+def test_case():
+    pass
+""", "test_case")
+    assert markers.problems(item) == []
+    assert [(a["over"], a["device"], a["x"]) for _, a in markers.gates_of(item)] == [
+        ("eager", None, 2.0), ("eager", "cuda", 2.5), ("inductor", None, 1.1), ("inductor", "cuda", 0.9)]

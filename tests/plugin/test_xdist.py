@@ -39,7 +39,7 @@ def test_bad_marker():
     result.stdout.fnmatch_lines_random([
         "usage error: test_it.py::test_bad_marker: @pytest.mark.max_memory_traffic('12 QB'): *",
         "expected 3 kernels, generated 1 (-2)",
-        "*min_speedup: not measured: timing under xdist on the CPU: 2 workers share its cores*",
+        "*min_speedup over eager: not measured: timing under xdist on the CPU: 2 workers share its cores*",
         "*pytest-fusion: timing gates skipped: timing under xdist on the CPU: 2 workers share its cores*",
         "test_it.py::test_counts_pass * 1 * 1 * passed",
         "test_it.py::test_counts_fail * 1 * 1 * failed",
