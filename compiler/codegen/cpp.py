@@ -144,6 +144,14 @@ template <typename T> static inline T fusion_erfinv(T y) {
   x = x - (std::erf(x) - y) / (k * std::exp(-x * x));
   return x;
 }
+// a row's sum from its L >= 16 lane accumulators, added pairwise: halves lane by
+// lane down to 8 (vector adds), then a tree of 8 (g++ folds narrower halves badly)
+template <typename T, int L> static inline T fusion_sum_lanes(T* a) {
+  #pragma GCC unroll 8
+  for (int w = L / 2; w >= 8; w /= 2)
+    for (int l = 0; l < w; l++) a[l] = a[l] + a[l + w];
+  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
 template <typename T> static inline T fusion_ipow(T a, T b) {
   if (b < 0) return (a == 1) ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
   T r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r;
@@ -333,6 +341,8 @@ ROW_BUFFER_MAX_BYTES = 64 * 1024  # per buffer, on the thread's stack; longer ro
 # a reduction over an outer axis (x.sum(0)) walks r once for this many contiguous x
 # (its lanes: four AVX-512 vectors of floats), so each step's loads are contiguous
 X_BLOCK = 64
+# bytes of lane accumulators of a row's float sum (four AVX-512 vectors, eight AVX2)
+SUM_LANE_BYTES = 256
 
 
 class CppKernel:
@@ -433,7 +443,9 @@ class CppKernel:
             params.append(f"{CTYPE[self.buffers[n].dtype]}* __restrict__ {self.args.ptr(n)}")
         body: list[str] = []
         total = k.xnumel * max(k.rnumel, 1)
-        parallel = total >= PARALLEL_MIN_ELEMENTS
+        # no parallel region where torch runs one thread (as Inductor): even on one
+        # thread it costs its setup, and its outlined loop knows no bounds (3% of a sin)
+        parallel = total >= PARALLEL_MIN_ELEMENTS and torch.get_num_threads() > 1
         has_reduction = any(m.role == "reduction" for m in k.members)
         if not has_reduction:
             self._render_pointwise(body, parallel)
@@ -578,7 +590,9 @@ class CppKernel:
         same: dict = {}  # (reduction type, value) -> accumulator: equal reductions are made once
         clauses = []
         decls = []  # (C type, name, initial value)
-        lane = "[xi]" if self.block else ""  # a blocked reduction keeps one accumulator per lane
+        lanes = self._sum_lanes(members, reds, parallel_r, row_cse, loop)
+        # a blocked reduction keeps one accumulator per x lane, a lane sum one per r lane
+        lane = "[xi]" if self.block else "_lanes[ri]" if lanes else ""
         for m in reds:
             t = m.value.dtype
             rt = m.node.buffer.reduction_type
@@ -603,58 +617,35 @@ class CppKernel:
                 inner = self._lanes_open(body, indent, define_x=False)
                 body.extend(f"{inner}{n}[xi] = {v};" for _, n, v in decls)
                 body.append(indent + "}")
+        elif lanes:
+            body.extend(f"{indent}{ct} {n}_lanes[{lanes}] __attribute__((aligned(64)));" for ct, n, _ in decls)
+            body.extend(f"{indent}for (int64_t ri = 0; ri < {lanes}; ri++) {n}_lanes[ri] = {v};" for _, n, v in decls)
         else:
             body.extend(f"{indent}{ct} {n} = {v};" for ct, n, v in decls)
-        # r is vectorized unless argmax/argmin need its order, or the lanes are vectorized instead
-        if not self.block and all(m.node.buffer.reduction_type not in ("argmax", "argmin") for m in reds):
-            body.append(f"{indent}#pragma omp {'parallel for simd' if parallel_r else 'simd'} {' '.join(clauses)}")
-        body.append(f"{indent}for (int64_t r0 = 0; r0 < {max(self.k.rnumel, 1)}; r0++)")
-        body.append(indent + "{")
-        inner = self._lanes_open(body, indent + "    ") if self.block else indent + "    "
-        cse = dict(row_cse)
-        for e, (name, first) in self.kept.items():
-            if first < loop:
-                cse[e] = self.new_tmp()
-                body.append(f"{inner}auto {cse[e]} = {name}[r0];")
-        done: set = set()
-        for m in members:
-            v = self.emit_value(self._rewrite(m.value), cse, body, inner)
-            for e, (name, first) in self.kept.items():
-                if first == loop and e in cse and name not in done:
-                    body.append(f"{inner}{name}[r0] = {cse[e]};")
-                    done.add(name)
-            if m.role == "reduction":
-                acc = accs[m.node.name]
-                if acc != f"acc_{m.node.name}{lane}":
-                    continue  # the same reduction as an earlier member
-                nan_flag = f"acc_{m.node.name}_nan{lane}"
-                rt = m.node.buffer.reduction_type
-                if rt == "sum":
-                    body.append(f"{inner}{acc} = {acc} + {v};")
-                elif rt == "prod":
-                    body.append(f"{inner}{acc} = {acc} * {v};")
-                elif rt in ("max", "min"):
-                    op = ">" if rt == "max" else "<"
-                    body.append(f"{inner}{acc} = ({v} {op} {acc}) ? {v} : {acc};")
-                    if m.value.dtype.is_floating_point:
-                        body.append(f"{inner}{nan_flag} |= ({v} != {v});")
-                elif rt == "any":
-                    body.append(f"{inner}{acc} |= ({v} != 0);")
-                elif rt == "all":
-                    body.append(f"{inner}{acc} &= ({v} != 0);")
-                elif rt in ("argmax", "argmin"):
-                    op = ">" if rt == "argmax" else "<"
-                    best = f"acc_{m.node.name}_v{lane}"
-                    nan = f" || ({v} != {v} && {best} == {best})" if m.value.dtype.is_floating_point else ""
-                    body.append(f"{inner}if (({v} {op} {best}){nan}) {{ {best} = {v}; {acc} = r0; }}")
-                else:
-                    raise NotImplementedError(rt)
-            else:
-                self.row_vars[m.node.name] = v
-                self.store(m, v, body, inner)
-        if self.block:
-            body.append(indent + "    }")
-        body.append(indent + "}")
+        rnumel = max(self.k.rnumel, 1)
+        if lanes:
+            full = rnumel - rnumel % lanes
+            body.append(f"{indent}for (int64_t r0b = 0; r0b < {full}; r0b += {lanes})")
+            body.append(indent + "{")
+            self._lane_loop(members, accs, lane, body, indent + "    ", "r0b", lanes, row_cse, loop)
+            body.append(indent + "}")
+            if full < rnumel:  # the last, partial block of lanes
+                self._lane_loop(members, accs, lane, body, indent, str(full), rnumel - full, row_cse, loop)
+            for ct, n, _ in decls:
+                body.append(f"{indent}{ct} {n} = fusion_sum_lanes<{ct}, {lanes}>({n}_lanes);")
+            accs = {name: acc[: -len(lane)] for name, acc in accs.items()}
+            lane = ""
+        else:
+            # r is vectorized unless argmax/argmin need its order, or the lanes are vectorized instead
+            if not self.block and all(m.node.buffer.reduction_type not in ("argmax", "argmin") for m in reds):
+                body.append(f"{indent}#pragma omp {'parallel for simd' if parallel_r else 'simd'} {' '.join(clauses)}")
+            body.append(f"{indent}for (int64_t r0 = 0; r0 < {rnumel}; r0++)")
+            body.append(indent + "{")
+            inner = self._lanes_open(body, indent + "    ") if self.block else indent + "    "
+            self._loop_body(members, accs, lane, body, inner, row_cse, loop)
+            if self.block:
+                body.append(indent + "    }")
+            body.append(indent + "}")
         after = self._lanes_open(body, indent) if self.block and reds else indent
         finished: set = set()
         for m in reds:
@@ -672,6 +663,75 @@ class CppKernel:
         for m in members:
             if m.role == "full":
                 self.row_vars.pop(m.node.name, None)
+
+    def _sum_lanes(self, members, reds, parallel_r, row_cse, loop) -> int:
+        """Lanes (r0 modulo lanes) that a loop of float sums accumulates in, or 0.
+        `omp simd reduction` gets one vector accumulator: one chain of dependent
+        adds, whose latency bounds a loop over a row in L1. Lanes: one chain per vector."""
+        if self.block or parallel_r or not reds:
+            return 0
+        if any(m.node.buffer.reduction_type != "sum" or not m.value.dtype.is_floating_point for m in reds):
+            return 0
+        # a vector math call (softmax's exp) clobbers every vector register: the
+        # lanes would be stored and loaded around each call, for nothing
+        known = set(row_cse) | {e for e, (_, first) in self.kept.items() if first < loop}
+        if any(e.op in COSTLY_OPS for m in members for e in self._rewrite(m.value).walk(known)):
+            return 0
+        lanes = SUM_LANE_BYTES // max(m.value.dtype.itemsize for m in reds)
+        return lanes if self.k.rnumel >= lanes else 0
+
+    def _lane_loop(self, members, accs, lane, body, indent, start: str, count: int, row_cse, loop):
+        """A vectorized loop over `count` lanes ri of r, from r0 = start (+ r0b)."""
+        body.append(f"{indent}#pragma omp simd")
+        body.append(f"{indent}for (int64_t ri = 0; ri < {count}; ri++)")
+        body.append(indent + "{")
+        body.append(f"{indent}    const int64_t r0 = {start} + ri;")
+        self._loop_body(members, accs, lane, body, indent + "    ", row_cse, loop)
+        body.append(indent + "}")
+
+    def _loop_body(self, members, accs, lane, body, inner, row_cse, loop):
+        """One step r0 of a loop over r: the members' values, stores and accumulations."""
+        cse = dict(row_cse)
+        for e, (name, first) in self.kept.items():
+            if first < loop:
+                cse[e] = self.new_tmp()
+                body.append(f"{inner}auto {cse[e]} = {name}[r0];")
+        done: set = set()
+        for m in members:
+            v = self.emit_value(self._rewrite(m.value), cse, body, inner)
+            for e, (name, first) in self.kept.items():
+                if first == loop and e in cse and name not in done:
+                    body.append(f"{inner}{name}[r0] = {cse[e]};")
+                    done.add(name)
+            if m.role != "reduction":
+                self.row_vars[m.node.name] = v
+                self.store(m, v, body, inner)
+                continue
+            acc = accs[m.node.name]
+            if acc != f"acc_{m.node.name}{lane}":
+                continue  # the same reduction as an earlier member
+            nan_flag = f"acc_{m.node.name}_nan{lane}"
+            rt = m.node.buffer.reduction_type
+            if rt == "sum":
+                body.append(f"{inner}{acc} = {acc} + {v};")
+            elif rt == "prod":
+                body.append(f"{inner}{acc} = {acc} * {v};")
+            elif rt in ("max", "min"):
+                op = ">" if rt == "max" else "<"
+                body.append(f"{inner}{acc} = ({v} {op} {acc}) ? {v} : {acc};")
+                if m.value.dtype.is_floating_point:
+                    body.append(f"{inner}{nan_flag} |= ({v} != {v});")
+            elif rt == "any":
+                body.append(f"{inner}{acc} |= ({v} != 0);")
+            elif rt == "all":
+                body.append(f"{inner}{acc} &= ({v} != 0);")
+            elif rt in ("argmax", "argmin"):
+                op = ">" if rt == "argmax" else "<"
+                best = f"acc_{m.node.name}_v{lane}"
+                nan = f" || ({v} != {v} && {best} == {best})" if m.value.dtype.is_floating_point else ""
+                body.append(f"{inner}if (({v} {op} {best}){nan}) {{ {best} = {v}; {acc} = r0; }}")
+            else:
+                raise NotImplementedError(rt)
 
 
 def _stride(index: sympy.Expr, var: sympy.Symbol):

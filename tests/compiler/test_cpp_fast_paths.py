@@ -1,8 +1,9 @@
 """The C++ codegen's performance paths give eager's results: reductions over an
-outer axis walk r once for a block of x lanes, a costly row value (softmax's exp)
-is kept in a row buffer for the later loops, equal reductions are made once, the
-NaN flag of max/min lives in an int (so the loop vectorizes), and float16 moves as
-bits with software conversions that round as ATen does."""
+outer axis walk r once for a block of x lanes, float sums over a row accumulate in
+lanes of r, a costly row value (softmax's exp) is kept in a row buffer for the later
+loops, equal reductions are made once, the NaN flag of max/min lives in an int (so
+the loop vectorizes), float16 moves as bits with software conversions that round as
+ATen does, and a kernel compiled while torch runs one thread has no parallel region."""
 from __future__ import annotations
 
 import re
@@ -39,6 +40,41 @@ def test_softmax_and_argmax_over_either_axis(check_compiled, dim):
     check_compiled(lambda x: (x.softmax(dim) * x.sigmoid(), x.argmax(dim), x.argmin(dim)), x)
 
 
+@pytest.mark.parametrize("cols", [64, 777, 1024])  # one block of lanes, a partial last block, whole blocks
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_row_sums_accumulate_in_lanes(check_compiled, cols, dtype):
+    x = (torch.randn(37, cols) * 3 + 1).to(dtype)
+    x[3, 5] = float("nan")
+    x[4, cols - 1] = float("inf")
+    x[5, :2] = torch.tensor([float("inf"), -float("inf")])
+    w = torch.randn(cols).to(dtype)
+    ln = torch.nn.functional.layer_norm
+
+    def fn(x, w):
+        return x.sum(-1), x.var(-1), ln(x, (cols,), w), x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True))
+
+    cap = check_compiled(fn, x, w)
+    assert "_lanes[ri] = " in _sources(cap)
+
+
+def test_a_sum_of_vector_math_calls_keeps_one_accumulator(check_compiled):
+    x = torch.randn(9, 300)
+    cap = check_compiled(lambda x: x.exp().sum(-1), x)  # each call would spill the lanes
+    assert "_lanes[ri]" not in _sources(cap)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_one_thread_kernels_have_no_parallel_region(check_compiled, threads):
+    x = torch.randn(300, 1000)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        cap = check_compiled(lambda x: (x.sin() * 2, x.softmax(-1)), x)
+    finally:
+        torch.set_num_threads(before)
+    assert ("omp parallel" in _sources(cap)) == (threads > 1)
+
+
 def test_costly_row_values_are_kept_for_the_later_loops(check_compiled):
     x = torch.randn(65, 999)
     x[3, 10] = float("inf")
@@ -60,7 +96,8 @@ def test_equal_reductions_are_made_once(check_compiled):
     x = torch.randn(33, 777)
     cap = check_compiled(lambda x: (x.sum(-1), x.sum(-1) * 2, x.mean(-1)), x)  # three sums in the graph
     (kernel,) = cap.kernels
-    assert len(re.findall(r"acc_\w+ = acc_\w+ \+ ", kernel.source)) == 1, kernel.source
+    summed = set(re.findall(r"(acc_\w+?)(?:_lanes\[ri\])? = \1(?:_lanes\[ri\])? \+ ", kernel.source))
+    assert len(summed) == 1, kernel.source
 
 
 def test_max_reduction_loop_has_no_bool_accumulator(check_compiled):
