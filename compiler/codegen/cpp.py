@@ -152,6 +152,12 @@ template <typename T, int L> static inline T fusion_sum_lanes(T* a) {
     for (int l = 0; l < w; l++) a[l] = a[l] + a[l + w];
   return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
+// whether a * (1 / b) is within 1.5 ulp of a / b: 1 / b neither overflows nor is
+// subnormal (and b is finite); the test is loop invariant, g++ unswitches the loop on it
+template <typename T> static inline bool fusion_recip_ok(T b) {
+  T m = std::abs(b);
+  return m >= std::numeric_limits<T>::min() && m <= T(1) / std::numeric_limits<T>::min();
+}
 template <typename T> static inline T fusion_ipow(T a, T b) {
   if (b < 0) return (a == 1) ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
   T r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r;
@@ -359,6 +365,7 @@ class CppKernel:
         self.members = {m.node.name: m for m in kernel.members}
         self.nest = self._nest()
         self.block = 0  # > 0: a blocked reduction over that many lanes xi of the innermost x
+        self.r_loop = False  # rendering the body of a loop over r (of one row x)
 
     # -- loop structure --------------------------------------------------------
     def _nest(self) -> list[int]:
@@ -423,6 +430,10 @@ class CppKernel:
             return f"({a[0]} ? {a[1]} : {a[2]})"
         if s.op in UNARY_C:
             return UNARY_C[s.op](a[0], s.args[0].dtype)
+        if s.op == "truediv" and self.r_loop and _divides_by_row_value(s):
+            # softmax's division by its row sum: a multiply by the reciprocal (as eager's
+            # softmax), which g++ hoists out of the loop (a vector divide costs as much as the rest)
+            return f"(fusion_recip_ok({a[1]}) ? {a[0]} * ({_const(1, t)} / {a[1]}) : {a[0]} / {a[1]})"
         return _binary(s.op, a[0], a[1], s.args[0].dtype)
 
     # -- members -----------------------------------------------------------------
@@ -691,6 +702,7 @@ class CppKernel:
 
     def _loop_body(self, members, accs, lane, body, inner, row_cse, loop):
         """One step r0 of a loop over r: the members' values, stores and accumulations."""
+        self.r_loop = not self.block
         cse = dict(row_cse)
         for e, (name, first) in self.kept.items():
             if first < loop:
@@ -732,6 +744,7 @@ class CppKernel:
                 body.append(f"{inner}if (({v} {op} {best}){nan}) {{ {best} = {v}; {acc} = r0; }}")
             else:
                 raise NotImplementedError(rt)
+        self.r_loop = False
 
 
 def _stride(index: sympy.Expr, var: sympy.Symbol):
@@ -741,6 +754,13 @@ def _stride(index: sympy.Expr, var: sympy.Symbol):
     except Exception:
         return None
     return d if d.is_number else None
+
+
+def _divides_by_row_value(e: ir.Expr) -> bool:
+    """A float r-dependent value divided by a computed value of its row (not a constant:
+    x / n stays exact, as eager's mean)."""
+    num, den = e.args
+    return e.dtype.is_floating_point and den.op != "const" and _depends_on_r(num) and not _depends_on_r(den)
 
 
 def _depends_on_r(e: ir.Expr) -> bool:
