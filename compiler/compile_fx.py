@@ -87,7 +87,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str = "inferen
 
     if hasattr(backend, "wait"):  # kernels compile concurrently: finish before returning
         backend.wait(launchers.values())
-    wrapper = WrapperCode(graph, sched, backend.launch_code, in_place=getattr(backend, "ALIASED_POINTERS_OK", False))
+    wrapper = WrapperCode(graph, sched, backend.launch_code, in_place=backend.ALIASED_POINTERS_OK)
     wrapper_src = wrapper.generate()
     ns = dict(wrapper.ns)
     ns.update(launchers)

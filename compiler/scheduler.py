@@ -124,6 +124,12 @@ X, R = symbol("x0"), symbol("r0")
 # canonical loop nests
 
 
+def read_only_at(members, name: str, index: sympy.Expr) -> bool:
+    """Whether every read of `name` by `members` is at `index`: a store there
+    may then replace it (a mutation, or an output written in place)."""
+    return all(idx is not None and sympy.expand(idx - index) == 0 for m in members for idx in m.reads.get(name, []))
+
+
 def make_node(buf: ir.ComputedBuffer) -> Node:
     iv = loop_vars("i", len(buf.ranges))
     rv = loop_vars("r", len(buf.reduction_ranges))
@@ -321,11 +327,8 @@ class Scheduler:
         member.phase = phase
         # a mutation's target may be read in this kernel only at the index it writes
         target = node.buffer.store_target
-        if target is not None:
-            for m in kernel.members:
-                for idx in m.reads.get(target.name, []):
-                    if idx is None or sympy.expand(idx - member.store_index) != 0:
-                        return None, f"it overwrites {target.name}, which the kernel reads elsewhere"
+        if target is not None and not read_only_at(kernel.members, target.name, member.store_index):
+            return None, f"it overwrites {target.name}, which the kernel reads elsewhere"
         return member, ""
 
     def _finish(self):

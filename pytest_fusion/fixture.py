@@ -370,17 +370,13 @@ def create(item) -> Fusion:
         pytest.skip(f"fusion device {settings.device!r} asked for, but this machine has no CUDA device")
     timing_skip = item.config.stash.get(TIMING_SKIP, None)
     child = item.config.getoption("fusion_ncu_child")
-    if device.type == "cuda" and not settings.no_perf and timing_skip is None and not child:
-        try:
+    cuda = device.type == "cuda" and not child
+    try:
+        if cuda and not settings.no_perf and timing_skip is None:
             nvml.check(device)
-        except nvml.NvmlError as e:
-            raise pytest.fail.Exception(f"pytest-fusion: {e}", pytrace=False) from None  # one message, no chain
-    ncu_path = None
-    if device.type == "cuda" and settings.ncu and not child:
-        try:
-            ncu_path = ncu.find()
-        except MeasureError as e:
-            raise pytest.fail.Exception(f"pytest-fusion: {e}", pytrace=False) from None
+        ncu_path = ncu.find() if cuda and settings.ncu else None
+    except (nvml.NvmlError, MeasureError) as e:
+        raise pytest.fail.Exception(f"pytest-fusion: {e}", pytrace=False) from None  # one message, no chain
     # a function compiled by an earlier test would hit Dynamo's cache and record nothing
     torch._dynamo.reset()
     torch.manual_seed(zlib.crc32(item.nodeid.encode()))

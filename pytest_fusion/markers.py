@@ -142,6 +142,11 @@ def problems(item) -> list[str]:
     return out + _stacking_problems(item)
 
 
+def speed_key(args: dict) -> tuple:
+    """What tells stacked min_speedup marks apart: one gate per key."""
+    return args["over"], args["device"]
+
+
 def _stacking_problems(item) -> list[str]:
     """min_speedup marks stack by (over, device); two with the same key on one node
     (function, class or module) leave no closer one to win."""
@@ -153,7 +158,7 @@ def _stacking_problems(item) -> list[str]:
                 args = _normalize(mark)
             except Exception:
                 continue  # a bad argument: reported by problems()
-            key = (args["over"], args["device"])
+            key = speed_key(args)
             if key in seen:
                 out.append(f"{item.nodeid}: @pytest.mark.min_speedup{_call_repr(seen[key])} and "
                            f"@pytest.mark.min_speedup{_call_repr(mark)}: two marks over={key[0]!r} with "
@@ -177,7 +182,7 @@ def gates_of(item) -> list[tuple[str, dict]]:
             speeds: dict[tuple, dict] = {}
             for mark in item.iter_markers(name):  # closest first
                 args = _normalize(mark)
-                speeds.setdefault((args["over"], args["device"]), args)
+                speeds.setdefault(speed_key(args), args)
             out += [(name, speeds[k]) for k in sorted(speeds, key=lambda k: (k[0], k[1] or ""))]
         elif (mark := item.get_closest_marker(name)) is not None:
             out.append((name, _normalize(mark)))

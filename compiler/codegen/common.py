@@ -13,6 +13,9 @@ from ..scheduler import FusedKernel
 
 # kernel names hold at most this many op names, as TorchInductor's do
 MAX_NAME_OPS = 6
+# binary ops that C++ and Triton both write as an infix operator
+INFIX_OPS = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
+             "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
 def kernel_name(target: str, kernel: FusedKernel, index: int) -> str:

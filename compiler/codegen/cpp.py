@@ -16,7 +16,7 @@ from sympy.printing.c import C99CodePrinter
 from .. import ir
 from ..index import FloorDiv, ModularIndexing, simplify_with_ranges, symbol
 from ..scheduler import R, X, FusedKernel, Member
-from .common import kernel_args, member_order
+from .common import INFIX_OPS, kernel_args, member_order
 
 CTYPE = {
     torch.float32: "float",
@@ -274,10 +274,8 @@ UNARY_C = {
 
 def _binary(name, a, b, t):
     fp = t.is_floating_point
-    simple = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
-              "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-    if name in simple:
-        return f"({a} {simple[name]} {b})"
+    if name in INFIX_OPS:
+        return f"({a} {INFIX_OPS[name]} {b})"
     if name == "truediv":
         return f"({a} / {b})"
     if name == "logical_and":

@@ -9,6 +9,8 @@ from ..runtime import cpp_build
 from . import cpp
 
 render = cpp.render
+# kernels declare their pointers __restrict__: no output may alias an input
+ALIASED_POINTERS_OK = False
 
 
 def build(name: str, source: str, kernel):

@@ -494,7 +494,7 @@ class TritonKernel:
                 continue
             a, shift = e.args[0].args
             m = maxes.get(shift.args[0]) if shift.op == "load" else None
-            if m is not None and m.value == a and s.phase == m.phase + 2 and "r0" not in str(shift.args[1]):
+            if m is not None and m.value == a and s.phase == m.phase + 2 and R not in shift.args[1].free_symbols:
                 out[m] = s
         return out
 

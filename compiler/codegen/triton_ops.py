@@ -9,6 +9,7 @@ import sympy
 import torch
 
 from ..index import FloorDiv, ModularIndexing
+from .common import INFIX_OPS
 
 TL_DTYPE = {
     torch.float32: "tl.float32",
@@ -118,10 +119,8 @@ def unary(op: str, a: str, t: torch.dtype) -> str:
 
 def binary(op: str, a: str, b: str, t: torch.dtype) -> str:
     fp = t.is_floating_point
-    simple = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
-              "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-    if op in simple:
-        return f"{a} {simple[op]} {b}"
+    if op in INFIX_OPS:
+        return f"{a} {INFIX_OPS[op]} {b}"
     if op == "truediv":
         return f"{a} / {b}"
     if op == "logical_and":

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import math
 
-import sympy
 import torch
 
 from .. import ir
 from ..graph import View
 from ..index import is_dense
-from ..scheduler import ExternStep, FusedKernel
+from ..scheduler import ExternStep, FusedKernel, read_only_at
 
 
 class WrapperCode:
@@ -27,6 +26,7 @@ class WrapperCode:
         self.allocated: dict[str, str] = {}  # buffer -> python name holding its storage
         self.pool: dict[tuple, list[str]] = {}
         self.in_place = in_place
+        self.buffers = {b.name: b for b in graph.buffers}
         self.taken: set[str] = set()  # inputs whose storage a kernel's output took over
 
     def stash(self, value, prefix="const") -> str:
@@ -99,7 +99,7 @@ class WrapperCode:
         self.allocated[buf.name] = buf.name
 
     def _free(self, name: str):
-        buf = self._buffer(name)
+        buf = self.buffers[name]
         if isinstance(buf, ir.ComputedBuffer):
             self.pool.setdefault((tuple(buf.size), tuple(buf.stride), buf.dtype), []).append(name)
         else:
@@ -137,16 +137,12 @@ class WrapperCode:
             return None
         out = m.node.buffer
         for name in dying:
-            buf = self._buffer(name)
+            buf = self.buffers[name]
             fresh = isinstance(buf, ir.ComputedBuffer) or (isinstance(buf, ir.ExternCall) and buf.kind == "extern" and buf.outputs == 1)
             same = fresh and (tuple(buf.size), tuple(buf.stride), buf.dtype) == (tuple(out.size), tuple(out.stride), out.dtype)
-            reads = [idx for other in k.members for idx in other.reads.get(name, [])]
-            if same and all(idx is not None and sympy.expand(idx - m.store_index) == 0 for idx in reads):
+            if same and read_only_at(k.members, name, m.store_index):
                 return name
         return None
-
-    def _buffer(self, name: str) -> ir.Buffer:
-        return next(b for b in self.g.buffers if b.name == name)
 
     def _extern(self, step: ExternStep):
         buf = step.buffer

@@ -190,12 +190,15 @@ def _var_one_pass(g, node, x, dims, n, denom, cdt):
 
     s1 = reduce(g, node, shifted(1), dims, "sum", out_dtype=cdt)
     s2 = reduce(g, node, shifted(2), dims, "sum", out_dtype=cdt)
-    # clamped at 0: rounding can leave a tiny negative where all values are equal
-    return make_pointwise(
-        g, node,
-        lambda a, b: ir.op("truediv", ir.op("maximum", ir.op("sub", b, ir.op("truediv", ir.op("mul", a, a, dtype=cdt), ir.const(n, cdt), dtype=cdt), dtype=cdt), ir.const(0.0, cdt), dtype=cdt), ir.const(denom, cdt), dtype=cdt),
-        [s1, s2],
-    )
+    def variance(s1, s2):
+        def op(name, a, b):
+            return ir.op(name, a, b, dtype=cdt)
+
+        m2 = op("sub", s2, op("truediv", op("mul", s1, s1), ir.const(n, cdt)))
+        # clamped at 0: rounding can leave a tiny negative where all values are equal
+        return op("truediv", op("maximum", m2, ir.const(0.0, cdt)), ir.const(denom, cdt))
+
+    return make_pointwise(g, node, variance, [s1, s2])
 
 
 def _mean_keepdim(g, node, x, dims):
