@@ -59,17 +59,33 @@ class Lazy(TensorValue):
         self.origins = tuple(dict.fromkeys(origins))
         self._memo: dict = {}
         self.realized: View | None = None
+        self._loads: int | None = None
 
     def load(self, index):
-        key = tuple(index)
+        reader = ir.reader()
+        if self._read_back(reader):
+            return self.realized.load(index)
+        key = (tuple(index), reader)  # what an inner value inlines depends on the reader
         if key not in self._memo:
             e = self.fn(list(index))
             assert e.dtype == self.dtype, (e, self.dtype)
             self._memo[key] = e
         return self._memo[key]
 
+    def _read_back(self, reader) -> bool:
+        """Whether `reader` loads this value from the buffer it was realized in
+        instead of recomputing it: when that buffer comes first (so the order of
+        buffers still holds) and recomputing would read more than one value
+        (a bias gradient then reads the stored activation gradient, not its inputs)."""
+        return (self.realized is not None and reader is not None
+                and self.realized.buffer.order < reader.order and self.count_loads() > 1)
+
     def count_loads(self) -> int:
-        return len(ir.loads(self.load(loop_vars("i", self.ndim))))
+        """Loads of the whole inlined expression."""
+        if self._loads is None:
+            with ir.no_reader():
+                self._loads = len(ir.loads(self.load(loop_vars("i", self.ndim))))
+        return self._loads
 
 
 class GraphLowering:
@@ -95,6 +111,7 @@ class GraphLowering:
         return f"{prefix}{len(self.buffers)}"
 
     def register(self, buf: ir.Buffer) -> ir.Buffer:
+        buf.order = len(self.buffers)
         self.buffers.append(buf)
         return buf
 

@@ -10,8 +10,10 @@ conv: ATen/cuBLAS) and fallbacks (any ATen op we do not lower).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import sympy
 import torch
@@ -122,6 +124,7 @@ class Buffer:
     stride: tuple[int, ...]
     dtype: torch.dtype
     device: torch.device
+    order: ClassVar[int] = -1  # its position among the graph's buffers (GraphLowering.register)
 
     @property
     def numel(self) -> int:
@@ -180,6 +183,15 @@ class ComputedBuffer(Buffer):
     def is_reduction(self) -> bool:
         return self.kind == "reduction"
 
+    def evaluate(self, index, rindex=()) -> Expr:
+        """The body at these loop variables, as this buffer computes it: values
+        that earlier buffers hold are read back from them (see `reader`)."""
+        token = _reader.set(self)
+        try:
+            return self.body(index, rindex) if self.is_reduction else self.body(index)
+        finally:
+            _reader.reset(token)
+
     @property
     def storage_name(self) -> str:
         return self.store_target.name if self.store_target is not None else self.name
@@ -218,6 +230,23 @@ class TensorRef:
     is_whole: bool  # the buffer itself, no as_strided needed
 
 
+_reader: contextvars.ContextVar = contextvars.ContextVar("reader", default=None)
+
+
+def reader() -> "ComputedBuffer | None":
+    """The buffer whose body is being evaluated (None while lowering)."""
+    return _reader.get()
+
+
+@contextlib.contextmanager
+def no_reader():
+    token = _reader.set(None)
+    try:
+        yield
+    finally:
+        _reader.reset(token)
+
+
 def describe_buffer(buf: Buffer) -> str:
     """One readable line of IR, as the report and `print(graph.ir)` show it."""
     dt = str(buf.dtype).replace("torch.", "")
@@ -234,12 +263,12 @@ def describe_buffer(buf: Buffer) -> str:
         ranges = {**dict(zip(idx, buf.ranges)), **dict(zip(ridx, buf.reduction_ranges))}
         target = f" -> {buf.store_target.name}" if buf.store_target is not None else ""
         if buf.is_reduction:
-            body = map_indices(buf.body(idx, ridx), lambda e: simplify(e, ranges))
+            body = map_indices(buf.evaluate(idx, ridx), lambda e: simplify(e, ranges))
             return (
                 f"{buf.name} = reduction {shape}{target} {buf.reduction_type} over "
                 f"{list(buf.reduction_ranges)} for {list(buf.ranges)}: {body!r}"
             )
-        body = map_indices(buf.body(idx), lambda e: simplify(e, ranges))
+        body = map_indices(buf.evaluate(idx), lambda e: simplify(e, ranges))
         return f"{buf.name} = pointwise {shape}{target} over {list(buf.ranges)}: {body!r}"
     if isinstance(buf, ExternCall):
         return f"{buf.name} = {buf.kind} {buf.target}({', '.join(_arg_str(a) for a in buf.args)}) {shape}"

@@ -148,8 +148,7 @@ def make_node(buf: ir.ComputedBuffer) -> Node:
 def _evaluate(buf: ir.ComputedBuffer, iv, rv, ranges: dict):
     """(value, store index) of a buffer at loop variables iv/rv, indices simplified
     with the variables' ranges (views of views leave div/mod to fold away)."""
-    value = buf.body(iv, rv) if buf.is_reduction else buf.body(iv)
-    value = ir.map_indices(value, lambda e: simplify(e, ranges))
+    value = ir.map_indices(buf.evaluate(iv, rv), lambda e: simplify(e, ranges))
     return value, simplify(_store_index(buf, iv), ranges)
 
 
@@ -395,8 +394,7 @@ def _deps(buf: ir.Buffer) -> list[str]:
     if isinstance(buf, ir.ComputedBuffer):
         iv = loop_vars("i", len(buf.ranges))
         rv = loop_vars("r", len(buf.reduction_ranges))
-        value = buf.body(iv, rv) if buf.is_reduction else buf.body(iv)
-        deps = list(_reads(value))
+        deps = list(_reads(buf.evaluate(iv, rv)))
         if buf.store_target is not None:
             deps.append(buf.store_target.name)
         return deps

@@ -96,6 +96,30 @@ def test_mlp_mse_training_steps_track_eager():
     assert all(g.kernels for g in cap.graphs)
 
 
+def test_bias_gradient_reads_the_stored_activation_gradient():
+    """The GELU backward is stored for the weight gradient's matmul; the bias
+    gradient (its column sums) reads it back rather than recomputing it from
+    the two tensors it came from."""
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(16, 48), nn.GELU(), nn.Linear(48, 7))
+    ref = copy.deepcopy(model)
+    x, y = torch.randn(37, 16), torch.randn(37, 7)
+
+    def step(m, x, y):
+        loss = F.mse_loss(m(x), y)
+        loss.backward()
+        return loss
+
+    with compiler.capture() as cap:
+        torch.testing.assert_close(torch.compile(step, backend="fusion")(model, x, y), step(ref, x, y), **TOL)
+    assert_grads_equal(model, ref)
+    backward = next(g for g in cap.graphs if g.kind == "backward")
+    sums = [k for k in backward.kernels if k.kind == "reduction"]
+    assert sums, [k.name for k in backward.kernels]
+    # each bias gradient reads one [37, n] float tensor, once
+    assert sorted(k.bytes_read for k in sums) == [37 * 7 * 4, 37 * 48 * 4], [(k.name, k.bytes_read) for k in sums]
+
+
 def test_grads_of_reductions_views_and_indexing():
     """Backward graphs of ops beyond the MLP: softmax, gather, cat, slicing, pow, where."""
     torch.manual_seed(2)
