@@ -3,7 +3,8 @@
     python -m bench.cpu [--rounds 15] [--only softmax,layer_norm] [--threads N] [--clock wall|cpu] [--quick]
 
 Run time: median over interleaved rounds (each round times eager, ours and
-Inductor back to back, in a rotating order), after warm-up, compile excluded.
+Inductor back to back, each right after each other equally often), after
+warm-up, compile excluded, with glibc's heap kept (steady_heap).
 Cold compile: first call after torch._dynamo.reset() with empty on-disk and
 in-memory caches for both compilers (FUSION_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR
 pointed at fresh temporary folders). One throwaway compile of each backend first,
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import os
 import tempfile
 import time
@@ -53,6 +55,26 @@ CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
 clock = CLOCK["wall"]
 
 
+def steady_heap():
+    """Keep freed memory in glibc's heap: no trimming, no per-call mmap.
+
+    By default glibc returns the top of the heap to the OS once more than a
+    threshold is free, and that threshold moves with the sizes freed so far. An
+    8 MB output then lands on pages returned while another function ran, and the
+    next call faults all 2048 of them in again (about 5 ms on the benchmark VM,
+    several times the kernel). Whom it hits depends on the previous workloads and
+    on who ran just before, not on the code measured: with the heap kept, every
+    function runs in its steady state, alike for eager, ours and Inductor."""
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return  # not glibc: nothing to pin
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+    mallopt(M_MMAP_MAX, 0)  # big blocks from the heap too (reused, not unmapped on free)
+    mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+
+
 @contextlib.contextmanager
 def fresh_caches():
     """Empty compile caches for both compilers, on disk and in memory."""
@@ -88,10 +110,12 @@ def measure(fns: dict, args, rounds: int) -> dict:
     names = list(fns)
     samples = {k: [] for k in names}
     for r in range(rounds):
-        for k in names[r % len(names):] + names[: r % len(names)]:
-            # untimed: the first call after another function pays for what that one left
-            # (eager's frees trim the heap: the next output is faulted in page by page),
-            # and this rotation puts ours right after eager in 2 rounds of 3
+        # forward, then backward after the first: over two rounds each function
+        # runs right after each other one once (a rotation would put ours after
+        # eager in 2 rounds of 3 and Inductor in 1)
+        for k in names if r % 2 == 0 else names[:1] + names[:0:-1]:
+            # untimed: the first call after another function pays for what that one
+            # left in the caches
             fns[k](*args)
             samples[k].append(time_calls(fns[k], args, n))
     return {k: median(v) for k, v in samples.items()}
@@ -144,6 +168,7 @@ def main(argv=None):
     clock = CLOCK[a.clock]
     if a.threads:
         torch.set_num_threads(a.threads)  # our kernels share torch's OpenMP runtime
+    steady_heap()
     only = {s for s in a.only.split(",") if s}
     work = [(n, QUICK[n] if a.quick else s, d, g) for n, s, d, g in WORKLOADS if not only or n in only]
     if a.quick:
