@@ -7,7 +7,7 @@ import functools
 import torch
 from torch._dynamo.backends.common import aot_autograd
 
-from .compile_fx import compile_graph
+from .compile_fx import compile_graph, has_symbolic_sizes
 from .decompositions import decomposition_table
 
 
@@ -18,6 +18,12 @@ def _partition(*args, **kwargs):
 
 
 def fusion_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+    if has_symbolic_sizes(example_inputs):
+        return _per_shape(gm)
+    return _aot()(gm, example_inputs)
+
+
+def _aot():
     return aot_autograd(
         fw_compiler=functools.partial(compile_graph, kind="forward"),
         bw_compiler=functools.partial(compile_graph, kind="backward"),
@@ -25,7 +31,26 @@ def fusion_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
         decompositions=decomposition_table(),
         partition_fn=_partition,
         keep_inference_input_mutations=True,
-    )(gm, example_inputs)
+    )
+
+
+def _per_shape(gm: torch.fx.GraphModule):
+    """Dynamo traced with symbolic sizes (a second shape came by). Our kernels
+    are built for fixed sizes: each set of sizes, strides and dtypes a call
+    brings compiles once, from this graph, as Dynamo would with dynamic=False
+    (minus its recompiles of the Python around the graph)."""
+    compiled: dict = {}
+
+    def call(*args):
+        key = (torch.is_grad_enabled(),) + tuple(
+            (tuple(x.shape), tuple(x.stride()), x.dtype, x.device, x.requires_grad) if isinstance(x, torch.Tensor) else x
+            for x in args)
+        fn = compiled.get(key)
+        if fn is None:
+            fn = compiled[key] = _aot()(gm, list(args))
+        return fn(*args)
+
+    return call
 
 
 def register() -> None:

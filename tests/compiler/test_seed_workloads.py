@@ -119,6 +119,19 @@ def _kernels(cap):
     return [(k.name, k.kind, k.aten_ops, k.bytes_read, k.bytes_written, k.source) for k in cap.kernels]
 
 
+def test_a_new_shape_compiles_its_own_kernels():
+    """A second shape makes Dynamo trace with symbolic sizes; each shape then
+    gets its own static kernels (never an uncompiled fallback), once."""
+    model = PointwiseModel(dim=64)
+    compiled = torch.compile(model, backend="fusion")  # Dynamo's default: automatic dynamic shapes
+    with torch.no_grad(), compiler.capture() as cap:
+        for rows in (8, 5, 13, 5):
+            x = torch.randn(rows, 64)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+    assert not [f for g in cap.graphs for f in g.fallbacks]
+    assert sorted(k.numel for k in cap.kernels) == sorted(rows * 64 for rows in (8, 5, 13))
+
+
 def test_cold_and_cached_compilation_report_the_same_kernels(tmp_path):
     x, w = torch.randn(17, 33), torch.randn(33, 33)
     with config.patch(cache_dir=str(tmp_path)):

@@ -96,6 +96,25 @@ def test_mlp_mse_training_steps_track_eager():
     assert all(g.kernels for g in cap.graphs)
 
 
+def test_training_with_a_second_batch_size():
+    """The last batch is smaller: Dynamo retraces with symbolic sizes, and
+    forward and backward are compiled again for that size, grads equal eager's."""
+    torch.manual_seed(4)
+    model = MLP(d_out=3)
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="fusion")
+    with compiler.capture() as cap:
+        for rows in (16, 16, 7):
+            x, y = torch.randn(rows, 13), torch.randn(rows, 3)
+            for m in (model, ref):
+                m.zero_grad()
+            F.mse_loss(compiled(x), y).backward()
+            F.mse_loss(ref(x), y).backward()
+            assert_grads_equal(model, ref)
+    assert sorted(g.kind for g in cap.graphs) == ["backward", "backward", "forward", "forward"]
+    assert not [f for g in cap.graphs for f in g.fallbacks]
+
+
 def test_bias_gradient_reads_the_stored_activation_gradient():
     """The GELU backward is stored for the weight gradient's matmul; the bias
     gradient (its column sums) reads it back rather than recomputing it from
