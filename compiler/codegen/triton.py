@@ -504,11 +504,15 @@ class TritonKernel:
         return out
 
     def _online_step(self, m: Member, s: Member, code: str, ind: str, body: list[str]):
-        """After the max's update: rescale the sum to the new max, add this block.
-        A lane whose max is still -inf has summed nothing (exp(-inf - -inf) is NaN)."""
+        """After the max's update: rescale the sum to the new max, add this block,
+        with one exp per element: for d = x - old max, a lane whose max stays adds
+        exp(d), one whose max becomes x scales its sum by exp(-d) and adds 1.
+        A lane whose max is still -inf has summed nothing (d would be NaN)."""
         acc, sacc = f"_acc_{m.node.name}", f"_acc_{s.node.name}"
-        empty = f"{acc} == float('-inf')"
-        step = f"tl.where({empty}, 0.0, {sacc} * tl.exp({sacc}_max - {acc}) + tl.exp({code} - {acc}))"
+        d, e = f"{sacc}_d", f"{sacc}_e"
+        body.append(f"{ind}{d} = {code} - {sacc}_max")
+        body.append(f"{ind}{e} = tl.exp(-tl.abs({d}))")
+        step = f"tl.where({acc} == float('-inf'), 0.0, tl.where({d} > 0, {sacc} * {e} + 1.0, {sacc} + {e}))"
         if self.need_mask["r"]:
             step = f"tl.where(rmask, {step}, {sacc})"
         body.append(f"{ind}{sacc} = {step}")

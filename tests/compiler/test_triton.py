@@ -183,12 +183,13 @@ def test_softmax_family_persistent(device):
 def test_long_row_softmax_is_online(device, dtype):
     """Rows too long for registers: max and sum of exp in one pass (the sum
     rescaled as the max grows), then the output: two passes, not three. Rows of
-    -inf, a NaN and a huge value keep eager's results."""
-    x = (rand(6, 20001 if device == "cpu" else 50257, device=device) * 5).to(dtype)
+    -inf, a NaN, a huge value and +inf keep eager's results."""
+    x = (rand(7, 20001 if device == "cpu" else 50257, device=device) * 5).to(dtype)
     x[1] = float("-inf")
     x[2, 100:] = float("-inf")
     x[3, 7] = float("nan")
     x[4, -2] = 1000
+    x[5, 3] = float("inf")
     cap = check(lambda x: (x.softmax(-1), F.log_softmax(x, -1)), x, equal_nan=True)
     src = cap.kernels[0].source
     assert len(cap.kernels) == 1 and src.count("for roffset") == 2
