@@ -133,8 +133,13 @@ def workloads(device, smoke: bool) -> list[Workload]:
             Workload(f"bias_gelu [8192,4096] {tag}", lambda dt=dt: (
                 lambda x, b: F.gelu(x + b), (rnd(R, C, dtype=dt), rnd(C, dtype=dt)))),
         ]
-    # beyond the list: a vocabulary-sized row (online softmax) and GroupNorm (split statistics)
-    out.append(Workload("softmax [2048,50257] fp32", lambda: (lambda x: x.softmax(-1), (rnd(s(2048), 50257),))))
+    # beyond the list: vocabulary-sized rows and a long layer_norm (rows read
+    # twice, looped), and GroupNorm (split statistics)
+    for dt, tag in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+        out.append(Workload(f"softmax [2048,50257] {tag}", lambda dt=dt: (
+            lambda x: x.softmax(-1), (rnd(s(2048), 50257, dtype=dt),))))
+    out.append(Workload("layer_norm [4096,12289] bf16", lambda: (
+        nn.LayerNorm(12289).to(device=device, dtype=torch.bfloat16), (rnd(s(4096), 12289, dtype=torch.bfloat16),))))
     out.append(Workload("group_norm [32,256,56,56] fp32", lambda: (
         nn.GroupNorm(8, 256).to(device).eval(), (rnd(s(32), 256, 56, 56),))))
     out.append(Workload("ceilfloor_softmax [4096,4096]", lambda: (ceilfloor, (rnd(s(4096), 4096), rnd(s(4096), 4096)))))

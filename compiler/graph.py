@@ -64,6 +64,7 @@ class Lazy(TensorValue):
     def load(self, index):
         reader = ir.reader()
         if self._read_back(reader):
+            reader.reads_back(self.realized.buffer)
             return self.realized.load(index)
         key = (tuple(index), reader)  # what an inner value inlines depends on the reader
         if key not in self._memo:

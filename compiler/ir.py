@@ -183,6 +183,13 @@ class ComputedBuffer(Buffer):
     def is_reduction(self) -> bool:
         return self.kind == "reduction"
 
+    def reads_back(self, held: "ComputedBuffer") -> None:
+        """This buffer loads `held` rather than recomputing it: the ATen nodes
+        that `held` computes are not part of this buffer any more."""
+        keep = [i for i, o in enumerate(self.origins) if o not in set(held.origins)]
+        self.origins = tuple(self.origins[i] for i in keep)
+        self.origin_ops = tuple(self.origin_ops[i] for i in keep)
+
     def evaluate(self, index, rindex=()) -> Expr:
         """The body at these loop variables, as this buffer computes it: values
         that earlier buffers hold are read back from them (see `reader`)."""

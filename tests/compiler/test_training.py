@@ -135,8 +135,9 @@ def test_bias_gradient_reads_the_stored_activation_gradient():
     backward = next(g for g in cap.graphs if g.kind == "backward")
     sums = [k for k in backward.kernels if k.kind == "reduction"]
     assert sums, [k.name for k in backward.kernels]
-    # each bias gradient reads one [37, n] float tensor, once
+    # each bias gradient reads one [37, n] float tensor, once, and only sums it
     assert sorted(k.bytes_read for k in sums) == [37 * 7 * 4, 37 * 48 * 4], [(k.name, k.bytes_read) for k in sums]
+    assert [k.aten_ops for k in sums] == [["sum"], ["sum"]], [k.name for k in sums]
 
 
 def test_grads_of_reductions_views_and_indexing():

@@ -338,6 +338,29 @@ def test_mlp_training_step(device):
     assert all(k.target == "triton" for k in cap.kernels)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_training_with_a_second_batch_size(device):
+    """Dynamo retraces with symbolic sizes for the smaller batch: Triton kernels
+    are built again for it, forward and backward, and the grads equal eager's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 40), nn.GELU(), nn.LayerNorm(40), nn.Linear(40, 5)).to(device)
+    ref = nn.Sequential(nn.Linear(16, 40), nn.GELU(), nn.LayerNorm(40), nn.Linear(40, 5)).to(device)
+    ref.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, backend="fusion")
+    with compiler.capture() as cap:
+        for rows in (24, 24, 11):
+            x, y = rand(rows, 16, device=device), rand(rows, 5, device=device)
+            model.zero_grad()
+            ref.zero_grad()
+            F.mse_loss(compiled(x), y).backward()
+            F.mse_loss(ref(x), y).backward()
+            for p, q in zip(model.parameters(), ref.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-5)
+    assert not [f for g in cap.graphs for f in g.fallbacks]
+    assert sorted(g.kind for g in cap.graphs) == ["backward", "backward", "forward", "forward"]
+    assert all(k.target == "triton" for k in cap.kernels)
+
+
 # -- the GPU launch path -----------------------------------------------------------------------
 
 
