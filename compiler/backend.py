@@ -3,11 +3,13 @@ backward graphs compiled by `compile_graph`."""
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
 
-from .compile_fx import compile_graph, has_symbolic_sizes
+from .compile_fx import compile_graph, has_symbolic_sizes, run_uncompiled
+from .config import config
 from .decompositions import decomposition_table
 
 
@@ -38,19 +40,32 @@ def _per_shape(gm: torch.fx.GraphModule):
     """Dynamo traced with symbolic sizes (a second shape came by). Our kernels
     are built for fixed sizes: each set of sizes, strides and dtypes a call
     brings compiles once, from this graph, as Dynamo would with dynamic=False
-    (minus its recompiles of the Python around the graph)."""
+    (minus its recompiles of the Python around the graph). Past
+    `config.max_shapes` shapes, new ones run the graph uncompiled."""
     compiled: dict = {}
+    uncompiled: dict = {}
 
     def call(*args):
         key = (torch.is_grad_enabled(),) + tuple(
             (tuple(x.shape), tuple(x.stride()), x.dtype, x.device, x.requires_grad) if isinstance(x, torch.Tensor) else x
             for x in args)
-        fn = compiled.get(key)
+        fn = compiled.get(key) or uncompiled.get(key)
         if fn is None:
-            fn = compiled[key] = _aot()(gm, list(args))
+            if len(compiled) < config.max_shapes:
+                fn = compiled[key] = _aot()(gm, list(args))
+            else:
+                fn = uncompiled[key] = _uncompiled(gm, args, len(compiled))
         return fn(*args)
 
     return call
+
+
+def _uncompiled(gm, args, shapes: int):
+    note = (f"compiled for {shapes} shapes already (FUSION_MAX_SHAPES): further shapes run uncompiled; "
+            "pad the inputs to fewer shapes or raise the limit")
+    warnings.warn(f"pytest-fusion: a graph {note}", stacklevel=3)
+    boxed = run_uncompiled(gm, list(args), "forward" if torch.is_grad_enabled() else "inference", note)
+    return lambda *a: boxed(list(a))
 
 
 def register() -> None:

@@ -40,13 +40,9 @@ def has_symbolic_sizes(example_inputs) -> bool:
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str = "inference"):
-    start = time.perf_counter()
-    device = graph_device(example_inputs)
-    gid = next_graph_id()
-    aten_graph = gm.print_readable(print_output=False) if hasattr(gm, "print_readable") else str(gm.graph)
-    n_aten = sum(1 for n in gm.graph.nodes if n.op == "call_function")
     if has_symbolic_sizes(example_inputs):  # the fusion backend compiles each shape (backend._per_shape)
-        return _eager(gm, gid, kind, device, aten_graph, n_aten, start, "symbolic sizes: kernels are built for fixed sizes")
+        return run_uncompiled(gm, example_inputs, kind, "symbolic sizes: kernels are built for fixed sizes")
+    start, device, gid, aten_graph, n_aten = _describe(gm, example_inputs)
 
     graph = GraphLowering(gm, example_inputs, device).run()
     sched = schedule(graph)
@@ -155,8 +151,16 @@ def _span(ref: ir.TensorRef, buffers) -> int:
     return n * buffers[ref.buffer].dtype.itemsize
 
 
-def _eager(gm, gid, kind, device, aten_graph, n_aten, start, note):
-    """Run the ATen graph as it is (correct, unfused), and say why in the record."""
+def _describe(gm: torch.fx.GraphModule, example_inputs):
+    """(start time, device, graph id, printed ATen graph, ATen node count) of a graph."""
+    aten_graph = gm.print_readable(print_output=False) if hasattr(gm, "print_readable") else str(gm.graph)
+    n_aten = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+    return time.perf_counter(), graph_device(example_inputs), next_graph_id(), aten_graph, n_aten
+
+
+def run_uncompiled(gm: torch.fx.GraphModule, example_inputs, kind: str, note: str):
+    """Run the graph as it is (correct, unfused), and say why in the record."""
+    start, device, gid, aten_graph, n_aten = _describe(gm, example_inputs)
     record = GraphRecord(
         graph_id=gid, kind=kind, device=str(device), aten_graph=aten_graph, ir="", kernels=[],
         externs=[], fallbacks=[CallRecord(name="graph", op="<whole graph>", kind="fallback", aten_node="", reason=note)],

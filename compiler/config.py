@@ -24,6 +24,9 @@ class Config:
     # on CUDA, replay a compiled graph as one CUDA graph when it is called again with
     # the same tensors (its outputs are then overwritten by the next such call)
     cuda_graphs: bool = dataclasses.field(default_factory=lambda: _flag("FUSION_CUDA_GRAPHS", False))
+    # a graph that Dynamo traced with symbolic sizes compiles for this many shapes;
+    # calls with further shapes run it uncompiled (with a warning and a record)
+    max_shapes: int = dataclasses.field(default_factory=lambda: int(os.environ.get("FUSION_MAX_SHAPES", "8")))
     # write each graph's generated wrapper and kernels here (besides the cache)
     debug_dir: str | None = dataclasses.field(default_factory=lambda: os.environ.get("FUSION_DEBUG_DIR"))
 

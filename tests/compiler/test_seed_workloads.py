@@ -132,6 +132,21 @@ def test_a_new_shape_compiles_its_own_kernels():
     assert sorted(k.numel for k in cap.kernels) == sorted(rows * 64 for rows in (8, 5, 13))
 
 
+def test_past_the_shape_limit_new_shapes_run_uncompiled_and_say_so():
+    model = PointwiseModel(dim=32)
+    compiled = torch.compile(model, backend="fusion")
+    with torch.no_grad(), config.patch(max_shapes=2), compiler.capture() as cap:
+        for rows in (3, 4, 5):
+            x = torch.randn(rows, 32)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+        with pytest.warns(UserWarning, match="further shapes run uncompiled"):
+            x = torch.randn(6, 32)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+    notes = [f.reason for g in cap.graphs for f in g.fallbacks]
+    assert len(notes) == 1 and "FUSION_MAX_SHAPES" in notes[0], notes
+    assert sorted(k.numel for k in cap.kernels) == [3 * 32, 4 * 32, 5 * 32]
+
+
 def test_cold_and_cached_compilation_report_the_same_kernels(tmp_path):
     x, w = torch.randn(17, 33), torch.randn(33, 33)
     with config.patch(cache_dir=str(tmp_path)):
