@@ -84,7 +84,7 @@ class Lazy(TensorValue):
     def count_loads(self) -> int:
         """Loads of the whole inlined expression."""
         if self._loads is None:
-            with ir.no_reader():
+            with ir.reading_as(None):
                 self._loads = len(ir.loads(self.load(loop_vars("i", self.ndim))))
         return self._loads
 

@@ -186,18 +186,16 @@ class ComputedBuffer(Buffer):
     def reads_back(self, held: "ComputedBuffer") -> None:
         """This buffer loads `held` rather than recomputing it: the ATen nodes
         that `held` computes are not part of this buffer any more."""
-        keep = [i for i, o in enumerate(self.origins) if o not in set(held.origins)]
+        gone = set(held.origins)
+        keep = [i for i, o in enumerate(self.origins) if o not in gone]
         self.origins = tuple(self.origins[i] for i in keep)
         self.origin_ops = tuple(self.origin_ops[i] for i in keep)
 
     def evaluate(self, index, rindex=()) -> Expr:
         """The body at these loop variables, as this buffer computes it: values
         that earlier buffers hold are read back from them (see `reader`)."""
-        token = _reader.set(self)
-        try:
+        with reading_as(self):
             return self.body(index, rindex) if self.is_reduction else self.body(index)
-        finally:
-            _reader.reset(token)
 
     @property
     def storage_name(self) -> str:
@@ -246,8 +244,9 @@ def reader() -> "ComputedBuffer | None":
 
 
 @contextlib.contextmanager
-def no_reader():
-    token = _reader.set(None)
+def reading_as(buf: "ComputedBuffer | None"):
+    """Evaluate bodies in the block as `buf` reads them (None: inline everything)."""
+    token = _reader.set(buf)
     try:
         yield
     finally:
