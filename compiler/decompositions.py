@@ -6,6 +6,7 @@ import functools
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 aten = torch.ops.aten
 
@@ -65,10 +66,26 @@ _KEEP = {
 }
 
 
+def _softmax(x, dim: int, half_to_float: bool):
+    """torch._decomp's softmax, with one reciprocal per row: the sum of
+    exp(x - max) lies in [1, n] (or is NaN), so e * (1 / sum) is within an ulp of
+    e / sum, and a multiply per element costs far less than an IEEE division
+    (H100, bf16 over [2048, 50257]: 253 -> 246 us)."""
+    x = x.contiguous()
+    computation_dtype, result_dtype = elementwise_dtypes(x, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+    x = x.to(computation_dtype)
+    if x.ndim and x.shape[dim] == 0:
+        return x.to(torch.float32 if half_to_float else result_dtype)
+    unnormalized = torch.exp(x - torch.amax(x, dim, keepdim=True))
+    result = unnormalized * torch.reciprocal(torch.sum(unnormalized, dim, keepdim=True))
+    return result if half_to_float else result.to(result_dtype)
+
+
 @functools.lru_cache(None)
 def decomposition_table() -> dict:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(_EXTRA))
+    table[aten._softmax.default] = _softmax
     for op in _KEEP:
         table.pop(op, None)
     return table

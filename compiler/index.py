@@ -92,6 +92,8 @@ def linear_index(index: Sequence[sympy.Expr], stride: Sequence[int], offset=0) -
 
 def unflatten(flat: sympy.Expr, size: Sequence[int]) -> list[sympy.Expr]:
     """Index into a contiguous array of `size` from its flat position."""
+    if _numel(size) == 0:  # no position exists: any index will do
+        return [sympy.Integer(0)] * len(size)
     out, div = [], 1
     for s in reversed(size):
         out.append(sympy.Integer(0) if s == 1 else ModularIndexing(flat, div, s) if div * s != _numel(size) else FloorDiv(flat, div))

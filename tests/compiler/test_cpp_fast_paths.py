@@ -1,7 +1,7 @@
 """The C++ codegen's performance paths give eager's results: reductions over an
 outer axis walk r once for a block of x lanes, float sums over a row accumulate in
 lanes of r, a costly row value (softmax's exp) is kept in a row buffer for the later
-loops, a division by a row value multiplies by its reciprocal where that is exact enough, equal reductions are made once, the NaN flag of max/min lives in an int (so
+loops, float exp is an inlined polynomial within an ulp, a division by a row value multiplies by its reciprocal where that is exact enough, equal reductions are made once, the NaN flag of max/min lives in an int (so
 the loop vectorizes), float16 moves as bits with software conversions that round as
 ATen does, and a kernel compiled while torch runs one thread has no parallel region."""
 from __future__ import annotations
@@ -87,6 +87,23 @@ def test_costly_row_values_are_kept_for_the_later_loops(check_compiled):
     body = kernel.source.split('extern "C" void')[-1]  # the prelude declares expf too
     assert body.count("expf(") == 1, "exp computed in two loops"
     assert "row0[r0] = " in body
+
+
+def test_float_exp_is_inlined_and_within_an_ulp():
+    """Over its whole range: overflow to inf, subnormal results, underflow to 0,
+    NaN and the infinities, against exp in float64 rounded to float."""
+    x = torch.cat([torch.linspace(-110, 92, 200_003), torch.randn(10_000) * 5,
+                   torch.tensor([float("nan"), float("inf"), float("-inf"), 88.72, 88.73, -87.3, -103.9, -104.0, 0.0, -0.0])])
+    with compiler.capture() as cap:
+        got = torch.compile(lambda x: (x.exp(), torch.sigmoid(x)), backend="fusion")(x)
+    body = _sources(cap).split('extern "C" void')[-1]
+    assert "fusion_expf(" in body and " expf(" not in body
+    exact = x.double().exp()
+    ulp = (got[0].double() - exact).abs() / torch.maximum(exact.float().double().abs() * 2.0 ** -23, torch.tensor(2.0 ** -149))
+    finite = exact.isfinite() & (exact < torch.finfo(torch.float32).max)
+    assert ulp[finite].max() <= 1.0, x[finite][ulp[finite].argmax()]
+    torch.testing.assert_close(got[0], x.exp(), equal_nan=True)
+    torch.testing.assert_close(got[1], torch.sigmoid(x), equal_nan=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -341,6 +341,21 @@ def test_softmax_and_norms(check_compiled, dtype, layout):
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
 
 
+@pytest.mark.parametrize("case", ["empty rows", "no rows", "0-d", "float64", "float16", "inf and nan rows"])
+def test_softmax_edge_cases(check_compiled, case):
+    """Our softmax decomposition multiplies by the reciprocal of the row sum:
+    eager's results on empty, 0-d and non-finite input too."""
+    x = {
+        "empty rows": torch.randn(3, 0),
+        "no rows": torch.randn(0, 5),
+        "0-d": torch.randn(()),
+        "float64": torch.randn(5, 7, dtype=torch.float64),
+        "float16": torch.randn(4, 9).half(),
+        "inf and nan rows": torch.tensor([[float("-inf")] * 3, [1, float("nan"), 2], [float("inf"), 1, 2], [1e30, -1e30, 0]]),
+    }[case]
+    check_compiled(lambda x: (x.softmax(-1), x.softmax(0)), x)
+
+
 # ---------------------------------------------------------------------------
 # externs and fallbacks
 

@@ -193,10 +193,12 @@ def test_long_row_softmax_is_online(device, dtype):
     cap = check(lambda x: (x.softmax(-1), F.log_softmax(x, -1)), x, equal_nan=True)
     src = cap.kernels[0].source
     assert len(cap.kernels) == 1 and src.count("for roffset") == 2
-    # L2 keeps the row for the second pass, which then lets it go
     first, second = src.split("for roffset")[1:]
-    assert "evict_last" in first and "evict_first" not in first
-    assert "evict_first" in second and "evict_last" not in second
+    if dtype == torch.float32:  # L2 keeps the row for the second pass, which then lets it go
+        assert "evict_last" in first and "evict_first" not in first
+        assert "evict_first" in second and "evict_last" not in second
+    else:  # half the bytes: L2 keeps the row without hints
+        assert "evict_" not in src
 
 
 @pytest.mark.parametrize("device", DEVICES)
