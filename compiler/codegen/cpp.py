@@ -133,12 +133,16 @@ template <typename T> static inline T fusion_nz(T b) {
   if (b == 0) { __atomic_store_n(&fusion_zero_division, 1, __ATOMIC_RELAXED); return 1; }
   return b;
 }
+// The most negative integer divided by -1 overflows, which also raises SIGFPE:
+// ATen wraps (the quotient is the dividend negated, the remainder 0).
+template <typename T> static inline T fusion_div(T a, T b) { return b == T(-1) ? T(0 - (uint64_t)a) : a / b; }
+template <typename T> static inline T fusion_rem(T a, T b) { return b == T(-1) ? T(0) : a % b; }
 template <typename T> static inline T fusion_floordiv(T a, T b) {
-  T q = a / b; T r = a % b;
+  T q = fusion_div<T>(a, b); T r = fusion_rem<T>(a, b);
   return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
 }
 template <typename T> static inline T fusion_mod(T a, T b) {
-  T r = a % b;
+  T r = fusion_rem<T>(a, b);
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 template <typename T> static inline T fusion_fmod_py(T a, T b) {
@@ -179,6 +183,15 @@ template <typename T, int L> static inline T fusion_sum_lanes(T* a) {
 template <typename T> static inline bool fusion_recip_ok(T b) {
   T m = std::abs(b);
   return m >= std::numeric_limits<T>::min() && m <= T(1) / std::numeric_limits<T>::min();
+}
+// Shifts as ATen's: by a negative count or by the width or more (undefined in C++,
+// x86 takes the count modulo the width), a left shift gives 0, a right shift the sign.
+template <typename T> static inline T fusion_shl(T a, T b) {
+  return (uint64_t)b >= sizeof(T) * 8 ? T(0) : T((uint64_t)a << b);
+}
+template <typename T> static inline T fusion_shr(T a, T b) {
+  const int m = sizeof(T) * 8 - (T(-1) < T(0));
+  return (b < 0 || b >= m) ? T(a >> m) : T(a >> b);
 }
 template <typename T> static inline T fusion_ipow(T a, T b) {
   if (b < 0) return (a == 1) ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
@@ -300,6 +313,8 @@ UNARY_C = {
 
 def _binary(name, a, b, t):
     fp = t.is_floating_point
+    if name in ("lshift", "rshift"):
+        return f"fusion_sh{name[0]}<{CTYPE[t]}>({a}, {b})"
     if name in INFIX_OPS:
         return f"({a} {INFIX_OPS[name]} {b})"
     if name == "truediv":
@@ -323,11 +338,11 @@ def _binary(name, a, b, t):
     if name == "floordiv":
         return f"fusion_floordiv<{CTYPE[t]}>({a}, {b})"
     if name == "truncdiv":
-        return f"({a} / {b})"
+        return f"({a} / {b})" if fp else f"fusion_div<{CTYPE[t]}>({a}, {b})"
     if name == "remainder":
         return f"fusion_fmod_py<{CTYPE[t]}>({a}, {b})" if fp else f"fusion_mod<{CTYPE[t]}>({a}, {b})"
     if name == "fmod":
-        return f"std::fmod({a}, {b})" if fp else f"({a} % {b})"
+        return f"std::fmod({a}, {b})" if fp else f"fusion_rem<{CTYPE[t]}>({a}, {b})"
     if name == "pow":
         return f"{_fn('pow', t)}({a}, {b})" if fp else f"fusion_ipow<{CTYPE[t]}>({a}, {b})"
     if name in ("atan2", "hypot", "copysign", "nextafter"):

@@ -198,6 +198,30 @@ def test_scalar_arguments(check_compiled, dtype):
     run_family(check_compiled, SCALAR, [a], min_ops=5)
 
 
+INTEGER_EDGES = {
+    "floor_divide": lambda a, d, s: torch.floor_divide(a, d), "remainder": lambda a, d, s: torch.remainder(a, d),
+    "fmod": lambda a, d, s: torch.fmod(a, d), "floordiv_scalar": lambda a, d, s: a // -1,
+    "shift_left": lambda a, d, s: torch.bitwise_left_shift(a, s),
+    "shift_right": lambda a, d, s: torch.bitwise_right_shift(a, s),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=dtype_id)
+def test_integer_overflow_edges(check_compiled, dtype):
+    """Where C++ integer arithmetic is undefined and ATen is not: the most negative
+    value divided by -1 (x86 raises SIGFPE; ATen wraps), shifts by a negative count
+    or by the width or more (x86 takes the count modulo the width; ATen gives 0, or
+    the sign for a right shift)."""
+    torch.manual_seed(12)
+    bits = torch.iinfo(dtype).bits
+    a = rand((5, 13), dtype)
+    a[:, ::3] = torch.iinfo(dtype).min
+    d = rand((5, 13), dtype, "nonzero")
+    d[:, ::2] = -1
+    s = torch.randint(-3, 2 * bits, (5, 13), dtype=dtype)
+    run_family(check_compiled, INTEGER_EDGES, [a, d, s], min_ops=len(INTEGER_EDGES))
+
+
 TERNARY = {
     "where": lambda c, a, b: torch.where(c > 0, a, b),
     "clamp": lambda c, a, b: torch.clamp(c, torch.minimum(a, b), torch.maximum(a, b)),
