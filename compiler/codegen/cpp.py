@@ -705,7 +705,9 @@ class CppKernel:
                 nan = "std::numeric_limits<double>::quiet_NaN()" if m.value.dtype == torch.float64 else "std::numeric_limits<float>::quiet_NaN()"
                 body.append(f"{after}if (acc_{m.node.name}_nan{lane}) {acc} = {nan};")
             finished.add(acc)
-            self.row_vars[m.node.name] = acc
+            # consumers load the value as stored: a float16 sum accumulates in float,
+            # its loads are float16 (and are converted from that)
+            self.row_vars[m.node.name] = _cast(acc, m.value.dtype, m.node.buffer.dtype)
             self.store(m, acc, body, after)
         if after != indent:
             body.append(indent + "}")

@@ -336,6 +336,22 @@ def test_reductions(check_compiled, dtype, shape):
     assert len(ops) >= len(dims) * 4
 
 
+# a pointwise op on a reduction's result, fused into the reduction's kernel: it reads
+# the value as stored (a half sum accumulates in float, is rounded, then read as half)
+REDUCTION_EPILOGUES = {
+    "sum*2": lambda x: x.sum(-1) * 2, "mean+1": lambda x: x.mean(-1, keepdim=True) + 1,
+    "amax-x": lambda x: x.amax(-1) - x[:, 0], "var+1": lambda x: x.var(-1) + 1,
+    "sum(0)*x0": lambda x: x.sum(0) * x[0], "any&x0": lambda x: x.any(-1) & (x[:, 0] > 0),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_reduction_epilogues(check_compiled, dtype):
+    torch.manual_seed(13)
+    x = rand((9, 13), dtype, "small")
+    run_family(check_compiled, REDUCTION_EPILOGUES, [x], min_ops=2)
+
+
 # ---------------------------------------------------------------------------
 # softmax and normalizations (decomposed into pointwise + reductions)
 
