@@ -207,6 +207,11 @@ def cat(g, node, tensors, dim=0):
     size = tuple(val.shape)
     tensors = [t for t in tensors if is_tensor(t) and not (t.ndim == 1 and t.size[0] == 0)]
     dim = dim % len(size)
+    # a piece with nothing along dim adds nothing (loading it at a clamped index would
+    # read index -1); with none left the result is empty and any value will do
+    tensors = [t for t in tensors if t.size[dim] != 0]
+    if not tensors:
+        return Lazy(size, val.dtype, lambda idx: ir.const(0, val.dtype), origins_of(g, node))
     cdt = upcast(val.dtype)
     offsets, o = [], 0
     for t in tensors:

@@ -122,6 +122,7 @@ def test_cat_stack_pad(check_compiled, dtype):
         "cat(dim=0, computed piece)": lambda x, y: torch.cat([x[:1], x.clone() if dtype == torch.bool else x * 2], 0),
         "cat(dim=-1)": lambda x, y: torch.cat([x, x[..., :3]], -1),
         "cat with an empty piece": lambda x, y: torch.cat([x, x[:, :0]], 1),
+        "cat of empty pieces only": lambda x, y: torch.cat([x[0, 0, :0], y[0, 0, :0]]),
         "stack(dim=1)": lambda x, y: torch.stack([x, x.flip(2)], 1),
         "stack(dim=-1)": lambda x, y: torch.stack([x[:, 0], y[:, 1]], -1),
         "constant_pad_nd": lambda x, y: F.pad(x, (1, 2, 0, 3), value=fill),
