@@ -301,6 +301,14 @@ def test_indirect_loads(device):
     check(lambda x, r: x[r].softmax(-1), x, rows)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_pad_of_an_empty_input_reads_nothing(device):
+    # every output element is padding: a load at index 0 of the empty input read out
+    # of bounds (the interpreter crashed with SIGSEGV)
+    x, y = rand(3, 0, device=device), rand(3, 3, device=device)
+    check(lambda x, y: F.pad(x, (1, 2), value=1.5) * y, x, y)
+
+
 # -- graphs ----------------------------------------------------------------------------------
 
 
