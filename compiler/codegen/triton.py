@@ -415,7 +415,7 @@ class TritonKernel:
         phases = [(p, [m for m in ms if m not in moved]) for p, ms in member_order(self.k)]
         phases = [(p, ms) for p, ms in phases if ms]  # an online sum's own loop: done in its max's loop
         loop_reads = [{n for m in ms for n in m.reads} for p, ms in phases if p >= 0 and p % 2 == 0]
-        again = {n for i, r in enumerate(loop_reads) for n in r if any(n in later for later in loop_reads[i + 1:])}
+        again = {n for n in set().union(*loop_reads) if sum(n in r for r in loop_reads) > 1}  # rows read twice
         for phase, members in phases:
             if phase % 2 == 1 or phase < 0:
                 if self.split > 1 and phase > 0:

@@ -205,11 +205,11 @@ def as_strided(g, node, x, size, stride, storage_offset=None):
 def cat(g, node, tensors, dim=0):
     val = out_val(node)
     size = tuple(val.shape)
-    tensors = [t for t in tensors if is_tensor(t) and not (t.ndim == 1 and t.size[0] == 0)]
     dim = dim % len(size)
     # a piece with nothing along dim adds nothing (loading it at a clamped index would
-    # read index -1); with none left the result is empty and any value will do
-    tensors = [t for t in tensors if t.size[dim] != 0]
+    # read index -1), nor does a legacy 1-D empty one of any rank; with none left the
+    # result is empty and any value will do
+    tensors = [t for t in tensors if is_tensor(t) and not (t.ndim == 1 and t.size[0] == 0) and t.size[dim] != 0]
     if not tensors:
         return Lazy(size, val.dtype, lambda idx: ir.const(0, val.dtype), origins_of(g, node))
     cdt = upcast(val.dtype)
