@@ -106,6 +106,7 @@ class GraphLowering:
         self.env: dict[torch.fx.Node, object] = {}
         self.current: torch.fx.Node | None = None
         self.mutations: list[ir.ComputedBuffer] = []
+        self.effects: list[ir.ExternCall] = []  # calls run for what they do, not for a value (asserts)
 
     # -- naming --------------------------------------------------------------
     def new_name(self, prefix="buf") -> str:

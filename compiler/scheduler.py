@@ -235,7 +235,7 @@ class Scheduler:
         """Buffers that the outputs or mutations need (dead code is dropped)."""
         g = self.graph
         by_name = {b.name: b for b in g.buffers}
-        need = [o.buffer.name for o in g.outputs if hasattr(o, "buffer")] + [m.name for m in g.mutations]
+        need = [o.buffer.name for o in g.outputs if hasattr(o, "buffer")] + [b.name for b in g.mutations + g.effects]
         live: set[str] = set()
         while need:
             n = need.pop()

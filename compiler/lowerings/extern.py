@@ -72,6 +72,9 @@ def call_aten(g, node, args, kwargs, kind, reason="", target=None, fx_args=None)
             else:
                 outs.append(None)
         return tuple(outs)
+    if val is None:  # a check (F.one_hot's range check): it runs where eager ran it, and may raise
+        g.effects.append(g.register(ir.ExternCall(name=g.new_name(), size=(), stride=(), dtype=torch.float32, outputs=0, **common)))
+        return None
     raise NotImplementedError(f"{node.target} returns {type(val).__name__}, which cannot be lowered or called")
 
 

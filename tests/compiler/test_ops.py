@@ -452,3 +452,16 @@ def test_unsupported_op_falls_back(check_compiled, name, fn, op):
     assert op in fallbacks, fallbacks
     assert fallbacks[op], "a fallback must say why"
     assert len(cap.kernels) >= 1
+
+
+def test_checks_that_return_nothing_still_run(check_compiled):
+    """F.one_hot traces a range check (aten._assert_async, no tensor result): it
+    runs in the compiled call, so an out-of-range class raises as in eager rather
+    than giving a row of zeros."""
+    fn = lambda i: F.one_hot(i, 7) * 3  # noqa: E731
+    cap = check_compiled(fn, torch.randint(0, 7, (5, 11)))
+    assert any("assert" in f.op for f in cap.fallbacks), [f.op for f in cap.fallbacks]
+    compiled = torch.compile(fn, backend="fusion")
+    compiled(torch.randint(0, 7, (5, 11)))
+    with pytest.raises(RuntimeError):
+        compiled(torch.tensor([[0, 7, 1]]))
