@@ -23,6 +23,13 @@ SM_COUNT = 132  # H100 / H200
 AUTOTUNE_MIN_ELEMENTS = 1 << 22  # smaller kernels run their first guess
 # rows up to this many elements (padded to a power of 2) stay in registers
 PERSISTENT_MAX_RBLOCK = {1: 8192, 2: 8192, 4: 4096, 8: 2048}
+# ... and on a GPU, rows up to this many when the kernel reads at most
+# WIDE_PERSISTENT_MAX_INPUTS row-long tensors: 16-32 warps hold them, and each
+# row is read from memory once, not once per loop over it (H100, against looping:
+# softmax bf16 [4096, 12289] 125 -> 89 us, fp32 [8192, 8192] 215 -> 182,
+# fp32 [4096, 32000] 401 -> 356; rms_norm bf16 [2048, 25088] 93 -> 76)
+WIDE_PERSISTENT_MAX_RBLOCK = 32768
+WIDE_PERSISTENT_MAX_INPUTS = 3
 # reducing a strided dim: only short ones, so that a block is wide in the contiguous x
 OUTER_PERSISTENT_MAX_RBLOCK = 128
 # one-pass reductions over rows at least this long loop (with tuned RBLOCK)
@@ -67,13 +74,15 @@ def plan(kernel: FusedKernel, device: torch.device, itemsize: int) -> Plan:
     inner = reduces_contiguous(kernel)
     rblock = pow2(rn)
     limit = PERSISTENT_MAX_RBLOCK.get(min(itemsize, 8), 4096) if inner else OUTER_PERSISTENT_MAX_RBLOCK
+    if gpu and inner and itemsize <= 4 and len(_row_inputs(kernel)) <= WIDE_PERSISTENT_MAX_INPUTS:
+        limit = max(limit, WIDE_PERSISTENT_MAX_RBLOCK)
     # one pass over r reads each row once either way: long rows then loop, so
     # that the block size along r can be tuned (one iteration = persistent)
     one_pass = all(m.phase <= 1 for m in kernel.members)
     persistent = rblock <= limit and not (gpu and inner and one_pass and rblock >= LOOPED_MIN_RBLOCK)
     p = Plan(True, persistent=persistent)
     if p.persistent:
-        p.configs = [_persistent_config(xn, rblock, inner, gpu, itemsize)]
+        p.configs = _persistent_configs(xn, rblock, inner, gpu, itemsize)
         return p
     splittable = _can_split(kernel)
     configs = _looped_configs(xn, rn, inner, gpu, itemsize, wide=splittable, passes=kernel.loops)
@@ -174,6 +183,13 @@ def _indices(kernel: FusedKernel) -> list:
 # -- reductions -----------------------------------------------------------------------------------
 
 
+def _row_inputs(kernel: FusedKernel) -> set:
+    """The buffers a kernel reads along r (whole rows of them live at once when persistent)."""
+    names = {m.node.name for m in kernel.members}
+    return {e.args[0] for m in kernel.members for e in m.value.walk()
+            if e.op == "load" and e.args[0] not in names and R in e.args[1].free_symbols}
+
+
 def reduces_contiguous(kernel: FusedKernel) -> bool:
     """True when the reduced dim is the contiguous one in most loads."""
     names = {m.node.name for m in kernel.members}
@@ -197,6 +213,15 @@ def _fill(xn: int, xb: int, floor: int) -> int:
 def _warps(elems: int, itemsize: int, lo: int = 2, hi: int = 16, thread_bytes: int = 64) -> int:
     """Warps for a block of `elems`, each thread loading about `thread_bytes`."""
     return min(hi, max(lo, elems * itemsize // (32 * thread_bytes)))
+
+
+def _persistent_configs(xn: int, rblock: int, inner: bool, gpu: bool, itemsize: int) -> list:
+    first = _persistent_config(xn, rblock, inner, gpu, itemsize)
+    if not (gpu and inner and rblock >= 16384 and xn * rblock >= AUTOTUNE_MIN_ELEMENTS):
+        return [first]
+    # rows of 16K elements or more: the best warps depend on the kernel's registers
+    # (H100, fp32 [4096, 12289]: layer_norm 143 us with 16, 154 with 32; softmax 183 and 156)
+    return [first, dict(first, num_warps=2 * first["num_warps"])]
 
 
 def _persistent_config(xn: int, rblock: int, inner: bool, gpu: bool, itemsize: int) -> dict:

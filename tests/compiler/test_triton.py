@@ -225,11 +225,29 @@ def test_half_softmax_and_layer_norm(device, dtype):
 @pytest.mark.parametrize("device", DEVICES)
 def test_looped_reductions_long_rows(device):
     """Rows longer than fit in registers: one loop over r per phase."""
-    x = rand(3, 9001, device=device)
+    x = rand(3, 9001 if device == "cpu" else 40001, device=device)
     cap = check(lambda x: x.softmax(-1), x)
     assert "for roffset in range" in cap.kernels[0].source
     check(lambda x: (x.sum(-1), x.amax(-1), x.amin(-1, keepdim=True)), x)
-    check(lambda x: F.layer_norm(x, (9001,)), x)
+    check(lambda x: F.layer_norm(x, (x.shape[1],)), x)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device: the wide persistent form is chosen for GPUs")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_rows_up_to_32k_stay_in_registers(dtype):
+    """On a GPU, rows of up to 32768 elements are read once, held by 16-32 warps,
+    unless the kernel reads more than three row-long tensors."""
+    x = rand(5, 12289, device="cuda", dtype=dtype)
+    for fn in (lambda x: x.softmax(-1), lambda x: F.log_softmax(x, -1)):
+        assert "for roffset" not in check(fn, x).kernels[0].source
+    ln = nn.LayerNorm(25088).to("cuda", dtype).eval()
+    with torch.no_grad():
+        ln.weight.normal_(), ln.bias.normal_()
+    cap = check(ln, rand(3, 25088, device="cuda", dtype=dtype))
+    assert len(cap.kernels) == 1 and "for roffset" not in cap.kernels[0].source
+    a, b, c, d = (rand(5, 12289, device="cuda", dtype=dtype) for _ in range(4))
+    cap = check(lambda a, b, c, d: (a * b + c * d).softmax(-1), a, b, c, d)
+    assert "for roffset" in cap.kernels[0].source
 
 
 @pytest.mark.parametrize("device", DEVICES)
