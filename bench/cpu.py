@@ -100,8 +100,10 @@ def time_calls(fn, args, n: int) -> float:
     return (clock() - t) / n
 
 
-def measure(fns: dict, args, rounds: int) -> dict:
-    """Median seconds per call of each fn, interleaved."""
+def measure(fns: dict, args, rounds: int) -> tuple[dict, dict]:
+    """Median and minimum seconds per call of each fn, interleaved. On a shared
+    machine other tenants' cache and memory traffic only ever adds time: the
+    minimum is the closest to the code's own cost, the median what a run sees."""
     for f in fns.values():  # warm-up
         for _ in range(3):
             f(*args)
@@ -118,7 +120,7 @@ def measure(fns: dict, args, rounds: int) -> dict:
             # left in the caches
             fns[k](*args)
             samples[k].append(time_calls(fns[k], args, n))
-    return {k: median(v) for k, v in samples.items()}
+    return {k: median(v) for k, v in samples.items()}, {k: min(v) for k, v in samples.items()}
 
 
 def check(out, ref):
@@ -140,8 +142,8 @@ def run_one(name, shape, dtype, rounds):
             c_ind = first_call_s(inductor, args)
         check(ours(*args), ref)
         check(inductor(*args), ref)
-        t = measure({"eager": fn, "ours": ours, "inductor": inductor}, args, rounds)
-    return {"t": t, "compile": {"ours": c_ours, "inductor": c_ind}, "kernels": len(cap.kernels)}
+        t, t_min = measure({"eager": fn, "ours": ours, "inductor": inductor}, args, rounds)
+    return {"t": t, "t_min": t_min, "compile": {"ours": c_ours, "inductor": c_ind}, "kernels": len(cap.kernels)}
 
 
 def warm_up_compilers():
@@ -177,7 +179,7 @@ def main(argv=None):
           f"median of {a.rounds} interleaved rounds, {a.clock} clock; load average {os.getloadavg()[0]:.1f}")
     warm_up_compilers()
     hdr = (f"{'workload':<20}{'shape':<11}{'dtype':<9}{'eager ms':>9}{'ours ms':>9}{'ind ms':>9}{'eager/ours':>11}"
-           f"{'ind/ours':>9}{'k':>3}{'ours cold s':>12}{'ind cold s':>11}{'ind/ours':>9}")
+           f"{'ind/ours':>9}{'(min)':>6}{'k':>3}{'ours cold s':>12}{'ind cold s':>11}{'ind/ours':>9}")
     print(hdr)
     print("-" * len(hdr))
     rows = []
@@ -186,9 +188,10 @@ def main(argv=None):
         t, c = r["t"], r["compile"]
         r["label"] = f"{name} {'x'.join(map(str, shape))} {str(dtype)[6:]}"
         r["speed"], r["cold"] = t["inductor"] / t["ours"], c["inductor"] / c["ours"]
+        r["speed_min"] = r["t_min"]["inductor"] / r["t_min"]["ours"]
         rows.append((group, r))
         print(f"{name:<20}{'x'.join(map(str, shape)):<11}{str(dtype)[6:]:<9}{t['eager'] * 1e3:>9.3f}{t['ours'] * 1e3:>9.3f}"
-              f"{t['inductor'] * 1e3:>9.3f}{t['eager'] / t['ours']:>11.2f}{r['speed']:>9.2f}"
+              f"{t['inductor'] * 1e3:>9.3f}{t['eager'] / t['ours']:>11.2f}{r['speed']:>9.2f}{r['speed_min']:>6.2f}"
               f"{r['kernels']:>3}{c['ours']:>12.2f}{c['inductor']:>11.2f}{r['cold']:>9.2f}", flush=True)
     print("-" * len(hdr))
     print(f"geomean  eager/ours {geomean([r['t']['eager'] / r['t']['ours'] for _, r in rows]):.2f}  "
@@ -201,6 +204,8 @@ def main(argv=None):
     cold = [f"{r['label']} ({r['cold']:.1f}x)" for _, r in rows if r["cold"] < 3]
     print("target: pointwise/norm ours no slower than Inductor:", "NOT met: " + ", ".join(slow) if slow else "met",
           f"(within noise, >= {NOISE}: {', '.join(noise)})" if noise else "")
+    slow_min = [f"{r['label']} ({r['speed_min']:.2f})" for r in gated if r["speed_min"] < 1]
+    print("  by the minimum of the rounds:", "NOT met: " + ", ".join(slow_min) if slow_min else "met")
     print("target: cold compile >= 3x faster than Inductor:", "NOT met: " + ", ".join(cold) if cold else "met")
 
 if __name__ == "__main__":
