@@ -232,7 +232,7 @@ class Scheduler:
         self.live = self._live_buffers()
 
     def _live_buffers(self) -> set[str]:
-        """Buffers that the outputs or mutations need (dead code is dropped)."""
+        """Buffers that the outputs, mutations or effects need (dead code is dropped)."""
         g = self.graph
         by_name = {b.name: b for b in g.buffers}
         need = [o.buffer.name for o in g.outputs if hasattr(o, "buffer")] + [b.name for b in g.mutations + g.effects]

@@ -170,14 +170,15 @@ def choose_tile(kernel: FusedKernel) -> int | None:
 
 
 def _indices(kernel: FusedKernel) -> list:
-    out = []
-    for m in kernel.members:
-        if m.stored:
-            out.append(sympy.expand(m.store_index))
-        for e in m.value.walk():
-            if e.op == "load" and not e.args[2] and e.args[0] not in {k.node.name for k in kernel.members}:
-                out.append(sympy.expand(e.args[1]))
+    out = [sympy.expand(m.store_index) for m in kernel.members if m.stored]
+    out += [sympy.expand(e.args[1]) for e in _external_loads(kernel) if not e.args[2]]
     return [i for i in out if X in i.free_symbols]
+
+
+def _external_loads(kernel: FusedKernel) -> list:
+    """The kernel's loads of buffers it does not compute itself."""
+    names = {m.node.name for m in kernel.members}
+    return [e for m in kernel.members for e in m.value.walk() if e.op == "load" and e.args[0] not in names]
 
 
 # -- reductions -----------------------------------------------------------------------------------
@@ -185,21 +186,16 @@ def _indices(kernel: FusedKernel) -> list:
 
 def _row_inputs(kernel: FusedKernel) -> set:
     """The buffers a kernel reads along r (whole rows of them live at once when persistent)."""
-    names = {m.node.name for m in kernel.members}
-    return {e.args[0] for m in kernel.members for e in m.value.walk()
-            if e.op == "load" and e.args[0] not in names and R in e.args[1].free_symbols}
+    return {e.args[0] for e in _external_loads(kernel) if R in e.args[1].free_symbols}
 
 
 def reduces_contiguous(kernel: FusedKernel) -> bool:
     """True when the reduced dim is the contiguous one in most loads."""
-    names = {m.node.name for m in kernel.members}
     votes = 0
-    for m in kernel.members:
-        for e in m.value.walk():
-            if e.op == "load" and e.args[0] not in names:
-                idx = sympy.expand(e.args[1])
-                if R in idx.free_symbols:
-                    votes += 1 if idx.coeff(R) == 1 else -1
+    for e in _external_loads(kernel):
+        idx = sympy.expand(e.args[1])
+        if R in idx.free_symbols:
+            votes += 1 if idx.coeff(R) == 1 else -1
     return votes >= 0
 
 
