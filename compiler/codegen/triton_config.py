@@ -171,11 +171,11 @@ def choose_tile(kernel: FusedKernel) -> int | None:
 
 def _indices(kernel: FusedKernel) -> list:
     out = [sympy.expand(m.store_index) for m in kernel.members if m.stored]
-    out += [sympy.expand(e.args[1]) for e in _external_loads(kernel) if not e.args[2]]
+    out += [sympy.expand(e.args[1]) for e in external_loads(kernel) if not e.args[2]]
     return [i for i in out if X in i.free_symbols]
 
 
-def _external_loads(kernel: FusedKernel) -> list:
+def external_loads(kernel: FusedKernel) -> list:
     """The kernel's loads of buffers it does not compute itself."""
     names = {m.node.name for m in kernel.members}
     return [e for m in kernel.members for e in m.value.walk() if e.op == "load" and e.args[0] not in names]
@@ -186,13 +186,13 @@ def _external_loads(kernel: FusedKernel) -> list:
 
 def _row_inputs(kernel: FusedKernel) -> set:
     """The buffers a kernel reads along r (whole rows of them live at once when persistent)."""
-    return {e.args[0] for e in _external_loads(kernel) if R in e.args[1].free_symbols}
+    return {e.args[0] for e in external_loads(kernel) if R in e.args[1].free_symbols}
 
 
 def reduces_contiguous(kernel: FusedKernel) -> bool:
     """True when the reduced dim is the contiguous one in most loads."""
     votes = 0
-    for e in _external_loads(kernel):
+    for e in external_loads(kernel):
         idx = sympy.expand(e.args[1])
         if R in idx.free_symbols:
             votes += 1 if idx.coeff(R) == 1 else -1
@@ -216,8 +216,11 @@ def _persistent_configs(xn: int, rblock: int, inner: bool, gpu: bool, itemsize: 
     if not (gpu and inner and rblock >= 16384 and xn * rblock >= AUTOTUNE_MIN_ELEMENTS):
         return [first]
     # rows of 16K elements or more: the best warps depend on the kernel's registers
-    # (H100, fp32 [4096, 12289]: layer_norm 143 us with 16, 154 with 32; softmax 183 and 156)
-    return [first, dict(first, num_warps=2 * first["num_warps"])]
+    # (H100, [4096, 12289]: layer_norm fp32 143 us with 16, 154 with 32; softmax fp32
+    # 183 and 156; rms_norm bf16 with weight 80 with 8, 106 with 16), up to 64
+    # elements per thread
+    w = first["num_warps"]
+    return [first] + [dict(first, num_warps=n) for n in (w // 2, 2 * w) if n <= 32 and rblock <= 64 * 32 * n]
 
 
 def _persistent_config(xn: int, rblock: int, inner: bool, gpu: bool, itemsize: int) -> dict:
