@@ -286,6 +286,13 @@ class Fusion:
                 self.error = str(e)
                 raise
 
+    def retime(self) -> None:
+        """Measure every compiled call again (after a failed speed gate)."""
+        self.records = []
+        for handle in self._compiled:
+            handle.measured = False
+            self._measure(handle)
+
     def close(self) -> None:
         self._closed = True
 

@@ -157,6 +157,12 @@ def evaluate(spec: list[tuple[str, dict]], metrics: dict, ctx: Context) -> Verdi
     return Verdict(gates, failures, skips)
 
 
+def speed_failed(verdict: Verdict) -> bool:
+    """A min_speedup gate failed: the one verdict that timing the test again can change."""
+    return any(g["marker"] == "min_speedup" and g["passed"] is False and g["measured"] is not None
+               for g in verdict.gates)
+
+
 def section(verdict: Verdict | None, graphs: list, metrics: dict) -> str:
     """The failure's report section: gates, then what was compiled and measured."""
     lines = []
@@ -203,6 +209,8 @@ def section(verdict: Verdict | None, graphs: list, metrics: dict) -> str:
         times = ", ".join(f"{k} {format_ms(v)}" for k, v in metrics["median_ms"].items())
         speed = ", ".join(f"{v:.2f}x over {k}" for k, v in metrics.get("speedup", {}).items())
         lines.append(f"median time per call: {times}" + (f" ({speed})" if speed else ""))
+    for line in metrics.get("retimed_after", []):
+        lines.append(f"timed again after: {line}")
     if metrics.get("compile_s"):
         lines.append("compile (first call): " + ", ".join(f"{k} {v:.2f} s" for k, v in metrics["compile_s"].items()))
     if metrics.get("graph_breaks"):

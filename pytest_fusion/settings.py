@@ -17,6 +17,7 @@ class Settings:
     no_perf: bool = False  # count gates only: no timing, no NVML energy loop
     tolerance_scale: float = 1.0  # scales the per-dtype tolerances of the eager comparison
     nvml_seconds: float = 2.0  # length of the NVML energy loop on GPU (0: off)
+    retimes: int = 1  # a test whose speed gate failed is timed again this many times first
     ncu: bool = False  # DRAM bytes per call from Nsight Compute (CUDA; one child process per test)
 
 
@@ -72,6 +73,9 @@ OPTIONS = {
     "no_perf": (_bool, "count gates only: skip timing and NVML"),
     "tolerance_scale": (_float(True), "scale the per-dtype tolerances of the comparison with eager"),
     "nvml_seconds": (_float(False), "seconds of the NVML energy-per-call loop on GPU (0 turns it off)"),
+    "retimes": (_int(0), "times a test whose speed gate failed is timed again before it fails (0: never): "
+                         "a stall of a shared machine, not the code, may have slowed the first timing; "
+                         "every failed attempt is reported"),
     "ncu": (_bool, "measure DRAM bytes per call with Nsight Compute (ncu) on CUDA, re-running each measured test "
                    "under ncu; max_memory_traffic gates them too"),
 }
