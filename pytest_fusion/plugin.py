@@ -108,13 +108,7 @@ def pytest_runtest_call(item):
     except BaseException:
         _finish_failed(item, state)
         raise
-    try:
-        state.measure_pending()
-    except MeasureError:
-        pass  # state.error says why; failing outside the handler keeps the report short
-    if state.error:
-        _finish_failed(item, state)
-        pytest.fail(f"pytest-fusion could not measure: {state.error}", pytrace=False)
+    _measure_or_fail(item, state, state.measure_pending)
     if state.ncu_child:  # the parent gates; this run only made the calls ncu measured
         state.close()
         return outcome
@@ -125,11 +119,7 @@ def pytest_runtest_call(item):
     earlier = []  # failed timings, each followed by another
     while gates.speed_failed(verdict) and len(earlier) < state.settings.retimes:
         earlier.append(verdict.line())
-        try:
-            state.retime()
-        except MeasureError:
-            _finish_failed(item, state)
-            pytest.fail(f"pytest-fusion could not measure: {state.error}", pytrace=False)
+        _measure_or_fail(item, state, state.retime)
         metrics = state.final_metrics = state.metrics
         metrics["retimed_after"] = earlier
         verdict = state.verdict = gates.evaluate(spec, metrics, ctx)
@@ -145,6 +135,17 @@ def pytest_runtest_call(item):
         # reported at the test, not at this line
         raise pytest.skip.Exception("; ".join(verdict.skips), _use_item_location=True)
     return outcome
+
+
+def _measure_or_fail(item, state, measure) -> None:
+    """Run a measurement of the test's calls; if it failed, fail the test with why."""
+    try:
+        measure()
+    except MeasureError:
+        pass  # state.error says why; failing outside the handler keeps the report short
+    if state.error:
+        _finish_failed(item, state)
+        pytest.fail(f"pytest-fusion could not measure: {state.error}", pytrace=False)
 
 
 def _finish_failed(item, state) -> None:
