@@ -162,8 +162,15 @@ def _floordiv(a, b):
 """,
     "_truncdiv": """@triton.jit
 def _truncdiv(a, b):
-    # C division whatever the backend's `//` does (the interpreter floors)
-    q = tl.abs(a) // tl.abs(b)
+    # C division whatever the backend's `//` does (the interpreter floors): on
+    # magnitudes taken negative, where the most negative value has one (its abs
+    # has none), and whose quotient, being >= 0, floors and truncates alike;
+    # over -1 it is a negation, which wraps as ATen's does
+    if a.dtype.is_int_unsigned():
+        return a // b
+    na = tl.where(a > 0, -a, a)
+    nb = tl.where(b > 0, -b, b)
+    q = tl.where(nb == -1, -na, na // tl.where(nb == -1, -2, nb))
     return tl.where((a < 0) != (b < 0), -q, q)
 """,
     "_int_fmod": """@triton.jit

@@ -111,6 +111,24 @@ def test_integer_and_bool_ops(device):
     check(lambda a, b: ((a > 0) & (b < 0), (a > 0) | (b > 0), ~(a > b), (a ^ b), a.to(torch.float32) / 3), a, b)
     i32 = a.to(torch.int32)
     check(lambda a: (a.abs() + 1, a.sum(), (a > 0).sum()), i32)
+    u8 = torch.randint(0, 256, (301,), device=device, dtype=torch.uint8)
+    check(lambda u, v: (u // v, u % v), u8, torch.randint(1, 256, (301,), device=device, dtype=torch.uint8))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_integer_edges_match_aten(device, dtype):
+    """Where hardware integer arithmetic differs from ATen's: shifts by a negative
+    count or by the width or more (ATen gives 0, or the sign for a right shift),
+    the most negative value divided by -1 (ATen wraps)."""
+    bits = torch.iinfo(dtype).bits
+    a = torch.randint(-1000, 1000, (7, 37), device=device, dtype=dtype)
+    a[:, ::3] = torch.iinfo(dtype).min
+    s = torch.randint(-3, 2 * bits, (7, 37), device=device, dtype=dtype)
+    s[0, :5] = torch.tensor([-1, 0, bits - 1, bits, bits + 1])
+    d = torch.randint(1, 9, (7, 37), device=device, dtype=dtype)
+    d[:, ::2] = -1
+    check(lambda a, s, d: (a << s, a >> s, a // d, a % d, torch.fmod(a, d)), a, s, d)
 
 
 @pytest.mark.parametrize("device", DEVICES)
