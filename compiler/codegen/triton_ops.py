@@ -166,12 +166,14 @@ def _truncdiv(a, b):
     # magnitudes taken negative, where the most negative value has one (its abs
     # has none), and whose quotient, being >= 0, floors and truncates alike;
     # over -1 it is a negation, which wraps as ATen's does
-    if a.dtype.is_int_unsigned():
-        return a // b
-    na = tl.where(a > 0, -a, a)
-    nb = tl.where(b > 0, -b, b)
-    q = tl.where(nb == -1, -na, na // tl.where(nb == -1, -2, nb))
-    return tl.where((a < 0) != (b < 0), -q, q)
+    if a.dtype.is_int_unsigned():  # (an else, not a return: the compiler would read on)
+        q = a // b
+    else:
+        na = tl.where(a > 0, -a, a)
+        nb = tl.where(b > 0, -b, b)
+        q = tl.where(nb == -1, -na, na // tl.where(nb == -1, -2, nb))
+        q = tl.where((a < 0) != (b < 0), -q, q)
+    return q
 """,
     "_int_fmod": """@triton.jit
 def _int_fmod(a, b):
@@ -192,8 +194,10 @@ def _int_pow(a, b):
         r = tl.where((e & 1) != 0, r * base, r)
         base = base * base
         e = e >> 1
-    neg = tl.where(a == 1, 1, tl.where(a == -1, tl.where((b & 1) != 0, -1, 1), 0))
-    return tl.where(b < 0, neg, r)
+    if not a.dtype.is_int_unsigned():
+        neg = tl.where(a == 1, 1, tl.where(a == -1, tl.where((b & 1) != 0, -1, 1), 0))
+        r = tl.where(b < 0, neg, r)
+    return r
 """,
     "_to_bf16": """@triton.jit
 def _to_bf16(x):
