@@ -6,6 +6,8 @@ import pytest
 import torch
 
 import compiler
+from compiler.config import config
+from triton_sm90 import compile_interpreted_for_h100
 
 # pytester for the plugin's tests: only a top-level conftest may require plugins
 pytest_plugins = ["pytester"]
@@ -25,6 +27,14 @@ def fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+def on_device(a, device: str):
+    """A copy on `device` with the same strides and storage offset."""
+    if not isinstance(a, torch.Tensor):
+        return a
+    base = a._base if a._base is not None else a
+    return base.to(device).as_strided(a.shape, a.stride(), a.storage_offset())
 
 
 def clone_input(a):
@@ -79,3 +89,34 @@ def compile_and_compare(fn, *args, names=None, tol=None) -> compiler.Capture:
 def check_compiled(fresh_dynamo):
     """`check_compiled(fn, *args, names=..., tol=...)` -> Capture: see compile_and_compare."""
     return compile_and_compare
+
+
+# where the op-coverage tests run: C++ on the CPU; Triton on the CPU, in Triton's
+# interpreter (and compiled for an H100 without running, where Triton can); Triton on a GPU
+TARGETS = ["cpp", "triton", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device: Triton compiled for a GPU needs one"))]
+
+
+@pytest.fixture(params=TARGETS)
+def target(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def check_on_every_target(target, fresh_dynamo):
+    """check_compiled, once per target (inputs are copied to the GPU for "cuda",
+    with their strides)."""
+    if target == "cpp":
+        yield compile_and_compare
+    elif target == "cuda":
+        yield lambda fn, *args, **kw: compile_and_compare(fn, *[on_device(a, "cuda") for a in args], **kw)
+    else:
+        pytest.importorskip("triton")
+
+        def interpreted(fn, *args, **kw):
+            cap = compile_and_compare(fn, *args, **kw)
+            compile_interpreted_for_h100(cap.kernels)
+            return cap
+
+        with config.patch(cpu_target="triton"):
+            yield interpreted

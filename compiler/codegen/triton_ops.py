@@ -166,7 +166,7 @@ def _truncdiv(a, b):
     # magnitudes taken negative, where the most negative value has one (its abs
     # has none), and whose quotient, being >= 0, floors and truncates alike;
     # over -1 it is a negation, which wraps as ATen's does
-    if a.dtype.is_int_unsigned():  # (an else, not a return: the compiler would read on)
+    if (a * 0 + b * 0).dtype.is_int_unsigned():  # the operands' type (one may be a Python int)
         q = a // b
     else:
         na = tl.where(a > 0, -a, a)
@@ -194,7 +194,7 @@ def _int_pow(a, b):
         r = tl.where((e & 1) != 0, r * base, r)
         base = base * base
         e = e >> 1
-    if not a.dtype.is_int_unsigned():
+    if not r.dtype.is_int_unsigned():  # (a may be a Python int; r is a tensor by now)
         neg = tl.where(a == 1, 1, tl.where(a == -1, tl.where((b & 1) != 0, -1, 1), 0))
         r = tl.where(b < 0, neg, r)
     return r

@@ -13,6 +13,12 @@ import torch.nn.functional as F
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
+
+@pytest.fixture
+def check_compiled(check_on_every_target):
+    """Each case on every target: C++, Triton interpreted, Triton on a GPU."""
+    return check_on_every_target
+
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 DTYPES = FLOATS + [torch.int32, torch.int64, torch.bool]
 
@@ -454,10 +460,12 @@ def test_unsupported_op_falls_back(check_compiled, name, fn, op):
     assert len(cap.kernels) >= 1
 
 
-def test_checks_that_return_nothing_still_run(check_compiled):
+def test_checks_that_return_nothing_still_run(check_compiled, target):
     """F.one_hot traces a range check (aten._assert_async, no tensor result): it
     runs in the compiled call, so an out-of-range class raises as in eager rather
     than giving a row of zeros."""
+    if target == "cuda":
+        pytest.skip("on CUDA tensors F.one_hot traces no range check (it would need a sync)")
     fn = lambda i: F.one_hot(i, 7) * 3  # noqa: E731
     cap = check_compiled(fn, torch.randint(0, 7, (5, 11)))
     assert any("assert" in f.op for f in cap.fallbacks), [f.op for f in cap.fallbacks]

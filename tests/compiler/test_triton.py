@@ -14,8 +14,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import compiler
-from compiler.codegen.triton_backend import meta_of
 from compiler.config import config
+from triton_sm90 import cannot_compile_for_h100, compile_for_h100, compile_interpreted_for_h100
 
 triton = pytest.importorskip("triton")
 
@@ -63,13 +63,8 @@ def check(fn, *args, grad=False, equal_nan=False, tol=None):
         torch.testing.assert_close(o, r, equal_nan=equal_nan, **(tol or _tol(r.dtype)))
     assert cap.kernels, "nothing was compiled to Triton"
     assert all(k.target == "triton" and k.name.startswith("triton_") for k in cap.kernels)
-    if not any(a.is_cuda for a in args if isinstance(a, torch.Tensor)) and not can_compile_for_h100():
-        # the interpreter runs the kernels as Python, and Triton's compiler is
-        # stricter: each one must also compile for an H100 (small blocks: the
-        # CPU's large ones take seconds each to compile)
-        for k in cap.kernels:
-            blocks = {b: min(v, 64) for b, v in meta_of(k.source)["configs"][0].items() if b.endswith("BLOCK")}
-            compile_for_h100(k.source, k.name, num_warps=4, **blocks)
+    if not any(a.is_cuda for a in args if isinstance(a, torch.Tensor)):
+        compile_interpreted_for_h100(cap.kernels)
     return cap
 
 
@@ -241,48 +236,10 @@ def test_norms(device):
     check(lambda x: (x.mean(-1), x.var(-1), x.std(0)), x)
 
 
-def compile_for_h100(source: str, name: str, **config):
-    """The rendered kernel compiled for an H100 (sm_90) by Triton's CUDA backend,
-    which needs no GPU: `config` gives num_warps and the block sizes (default:
-    the kernel's first configuration)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    from compiler.runtime.triton_build import load_module
-
-    meta = meta_of(source)
-    config = config or meta["configs"][0]
-    fn = getattr(load_module(name, source, interpret=False)[0], name)
-    args = meta["args"] + meta["workspace"]
-    signature = {p: "*" + H100_TYPES[a["dtype"]] for p, a in zip(fn.arg_names, args)}
-    blocks = {k: v for k, v in config.items() if k.endswith("BLOCK")}
-    signature.update({b: "constexpr" for b in blocks})
-    aligned = {(i,): [["tt.divisibility", 16]] for i in range(len(args))}
-    return triton.compile(ASTSource(fn, signature, constexprs=blocks, attrs=aligned),
-                          target=GPUTarget("cuda", 90, 32), options={"num_warps": config["num_warps"]})
-
-
-def can_compile_for_h100() -> str | None:
-    """Why kernels cannot be compiled for sm_90 here, or None."""
-    from triton import knobs
-
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return "TRITON_INTERPRET=1 makes Triton's own helpers interpreted: they cannot be compiled"
-    try:
-        knobs.nvidia.ptxas.path  # the CUDA assembler, bundled with Triton's wheels
-    except Exception as e:
-        return f"no ptxas to compile for sm_90 here: {e}"
-    return None
-
-
-H100_TYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64", "bool": "i1",
-              "uint8": "u8", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64"}
-
-
 def shared_memory_on_h100(source: str, name: str, **config) -> int:
     """Bytes of shared memory a rendered kernel takes on an H100."""
-    if can_compile_for_h100():
-        pytest.skip(can_compile_for_h100())
+    if cannot_compile_for_h100():
+        pytest.skip(cannot_compile_for_h100())
     return compile_for_h100(source, name, **config).metadata.shared
 
 

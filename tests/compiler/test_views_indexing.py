@@ -11,6 +11,12 @@ import torch.nn.functional as F
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
+@pytest.fixture
+def check_compiled(check_on_every_target):
+    """Each case on every target: C++, Triton interpreted, Triton on a GPU."""
+    return check_on_every_target
+
+
 def rand(shape, dtype=torch.float32):
     if dtype == torch.bool:
         return torch.rand(shape) > 0.5
@@ -239,11 +245,11 @@ def test_tensor_constants_and_factories(check_compiled):
     x = rand((3, 7))
     cap = check_compiled(
         lambda x: (
-            x * torch.tensor([1.0, -2.0, 3.0, 0.5, 1.5, 2.0, -1.0]),
-            torch.gather(x, 1, torch.tensor([[0, 6, 3]]).expand(3, 3)),
-            x + torch.arange(7) * 0.5 + torch.arange(1, 15, 2),
-            x + torch.full((7,), 2.0) + torch.linspace(0, 1, 7),
-            torch.zeros_like(x) + torch.ones(7),
+            x * torch.tensor([1.0, -2.0, 3.0, 0.5, 1.5, 2.0, -1.0], device=x.device),
+            torch.gather(x, 1, torch.tensor([[0, 6, 3]], device=x.device).expand(3, 3)),
+            x + torch.arange(7, device=x.device) * 0.5 + torch.arange(1, 15, 2, device=x.device),
+            x + torch.full((7,), 2.0, device=x.device) + torch.linspace(0, 1, 7, device=x.device),
+            torch.zeros_like(x) + torch.ones(7, device=x.device),
         ),
         x,
     )
