@@ -123,13 +123,10 @@ def measure(fns: dict, args, rounds: int) -> dict:
 
 
 def paired_ratio(slow: list, fast: list) -> float:
-    """The median over rounds of slow / fast, each pair timed back to back. On this
-    shared VM other tenants' cache and memory traffic comes in bursts of tens of
-    milliseconds that double every time for a while: the pair's ratio cancels a
-    burst that covers both samples, and the median drops one that hits one sample.
-    (A ratio of separate medians did not: rms_norm 2048x1024 read 0.81-1.15 from
-    run to run, while in one process on the same buffers our kernel took 0.44 ms
-    and Inductor's 0.53 by the median, 0.29 and 0.45 by the minimum.)"""
+    """The median over rounds of slow / fast, each pair timed back to back. On a
+    shared machine other tenants' memory traffic comes in bursts that slow every
+    call for a while: one that covers both samples of a round cancels in their
+    ratio, and the median drops one that hits a single sample."""
     return median([s / f for s, f in zip(slow, fast)])
 
 

@@ -29,20 +29,13 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
-def on_device(a, device: str):
-    """A copy on `device` with the same strides and storage offset."""
+def clone_input(a, device=None):
+    """A copy (on `device`, default a's) with the same strides and storage offset
+    (a slice stays non-contiguous)."""
     if not isinstance(a, torch.Tensor):
         return a
     base = a._base if a._base is not None else a
-    return base.to(device).as_strided(a.shape, a.stride(), a.storage_offset())
-
-
-def clone_input(a):
-    """A copy with the same strides and storage offset (a slice stays non-contiguous)."""
-    if not isinstance(a, torch.Tensor):
-        return a
-    base = a._base if a._base is not None else a
-    return base.clone().as_strided(a.shape, a.stride(), a.storage_offset())
+    return base.to(device or a.device, copy=True).as_strided(a.shape, a.stride(), a.storage_offset())
 
 
 def mismatches(outs, refs, names, tol=None) -> list[str]:
@@ -109,7 +102,7 @@ def check_on_every_target(target, fresh_dynamo):
     if target == "cpp":
         yield compile_and_compare
     elif target == "cuda":
-        yield lambda fn, *args, **kw: compile_and_compare(fn, *[on_device(a, "cuda") for a in args], **kw)
+        yield lambda fn, *args, **kw: compile_and_compare(fn, *[clone_input(a, "cuda") for a in args], **kw)
     else:
         pytest.importorskip("triton")
 
