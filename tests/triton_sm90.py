@@ -47,6 +47,15 @@ def cannot_compile_for_h100() -> str | None:
     return None
 
 
+def require_compiler_for_h100() -> None:
+    """Skip the test where kernels cannot be compiled for sm_90."""
+    import pytest
+
+    reason = cannot_compile_for_h100()
+    if reason:
+        pytest.skip(reason)
+
+
 H100_TYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64", "bool": "i1",
               "uint8": "u8", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64"}
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import compiler
 from compiler.config import config
-from triton_sm90 import cannot_compile_for_h100, compile_for_h100, compile_interpreted_for_h100
+from triton_sm90 import compile_for_h100, compile_interpreted_for_h100, require_compiler_for_h100
 
 triton = pytest.importorskip("triton")
 
@@ -237,8 +237,7 @@ def test_norms(device):
 
 def shared_memory_on_h100(source: str, name: str, **config) -> int:
     """Bytes of shared memory a rendered kernel takes on an H100."""
-    if cannot_compile_for_h100():
-        pytest.skip(cannot_compile_for_h100())
+    require_compiler_for_h100()
     return compile_for_h100(source, name, **config).metadata.shared
 
 
@@ -247,8 +246,7 @@ def test_integer_helpers_compile_for_h100(dtype):
     """The interpreter runs the kernels as Python; Triton's compiler is stricter
     (a division helper that ran under the interpreter did not compile for uint8
     on an H100). check() compiles each integer helper's kernel for sm_90 here."""
-    if cannot_compile_for_h100():
-        pytest.skip(cannot_compile_for_h100())
+    require_compiler_for_h100()
     a = torch.randint(0, 100, (301,), dtype=dtype)
     b = torch.randint(1, 9, (301,), dtype=dtype)
     check(lambda a, b: (a // b, a % b, torch.fmod(a, b), a ** (b % 3), a << (b % 4), a >> (b % 4)), a, b)
