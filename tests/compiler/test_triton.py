@@ -213,8 +213,12 @@ def test_long_row_softmax_is_online(device, dtype):
     x[5, 3] = float("inf")
     cap = check(lambda x: (x.softmax(-1), F.log_softmax(x, -1)), x, equal_nan=True)
     src = cap.kernels[0].source
-    assert len(cap.kernels) == 1 and src.count("for roffset") == 2
-    first, second = src.split("for roffset")[1:]
+    passes = "for roffset in range(0, "  # each pass: its whole blocks, then the partial last one
+    assert len(cap.kernels) == 1 and src.count(passes) == 2 and src.count("for roffset") == 4
+    first, second = src.split(passes)[1:]
+    for loop in (first, second):  # only the last block of a pass masks r
+        whole, tail = loop.split("for roffset")
+        assert "rindex < rnumel" not in whole and "rindex < rnumel" in tail
     if dtype == torch.float32:  # L2 keeps the row for the second pass, which then lets it go
         assert "evict_last" in first and "evict_first" not in first
         assert "evict_first" in second and "evict_last" not in second
