@@ -17,7 +17,7 @@ def compile_for_h100(source: str, name: str, **config):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from compiler.runtime.triton_build import load_module
+    from compiler.runtime.triton_build import compile_options, load_module
 
     meta = meta_of(source)
     config = config or meta["configs"][0]
@@ -28,7 +28,7 @@ def compile_for_h100(source: str, name: str, **config):
     signature.update({b: "constexpr" for b in blocks})
     aligned = {(i,): [["tt.divisibility", 16]] for i in range(len(args))}
     return triton.compile(ASTSource(fn, signature, constexprs=blocks, attrs=aligned),
-                          target=GPUTarget("cuda", 90, 32), options={"num_warps": config["num_warps"]})
+                          target=GPUTarget("cuda", 90, 32), options=compile_options(meta, config))
 
 
 def cannot_compile_for_h100() -> str | None:

@@ -81,6 +81,7 @@ class TritonKernel:
         self.workspace = self._workspace()
         self.row_align = self._row_alignment()
         self.helpers: set[str] = set()
+        self.rounds_in_registers = False  # a value rounded to 16 bits, then computed on
         self.tmp = 0
         self.regs: dict[str, Value] = {}  # member name -> value held in registers
         self.alias = self._same_reductions()  # reduction -> an earlier one computing the same
@@ -241,6 +242,8 @@ class TritonKernel:
     def _cast(self, a: Value, src: torch.dtype, dst: torch.dtype) -> Value:
         if not a.tensor:
             return Value(a.code, a.axes, False)
+        if dst in (torch.float16, torch.bfloat16) and src.is_floating_point and src.itemsize > 2:
+            self.rounds_in_registers = True
         return Value(self.convert(a.code, src, dst), a.axes)
 
     def convert(self, code: str, src: torch.dtype, dst: torch.dtype) -> str:
@@ -353,6 +356,10 @@ class TritonKernel:
             configs=self.plan.configs,
             args=args,
             workspace=self.workspace,
+            # Triton's FP fusion contracts a * b + c into an FMA across a rounding
+            # to bf16/fp16 in between, which eager does round (TorchInductor turns
+            # it off when it emulates eager's casts, for the same reason)
+            fp_fusion=not self.rounds_in_registers,
         )
 
     def _itemsize(self, name: str) -> int:

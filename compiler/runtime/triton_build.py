@@ -136,13 +136,19 @@ def _constexprs(cfg: dict) -> dict:
     return {k: cfg[k] for k in ("YBLOCK", "XBLOCK", "RBLOCK") if k in cfg}
 
 
-def _jit_launcher(fn, cfg, interpret: bool, workspace: list):
+def compile_options(meta: dict, cfg: dict) -> dict:
+    """Triton's compile options for one configuration of a kernel."""
+    return dict(num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 1),
+                enable_fp_fusion=meta.get("fp_fusion", True))
+
+
+def _jit_launcher(fn, meta, cfg, interpret: bool, workspace: list):
     """The plain Triton launch (the interpreter; misaligned inputs on a GPU).
     Interpreted kernels are invisible to torch.profiler: under it, they run
     inside a range named after the kernel (launch counts, traces), as C++ ones do."""
     grid = (cfg["grid"],)
     consts = _constexprs(cfg)
-    opts = {} if interpret else dict(num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 1))
+    opts = {} if interpret else compile_options(meta, cfg)
     profiling = torch._C._autograd._profiler_enabled
     name = fn.__name__
 
@@ -243,7 +249,7 @@ def _compile_one(fn, meta, cfg):
     """Compile one configuration without launching it. Dtypes stand for the
     tensors (Triton mocks them, 16-byte aligned: the fast path's assumption)."""
     dtypes = [DTYPES[a["dtype"]] for a in meta["args"] + meta["workspace"]]
-    return fn.warmup(*dtypes, grid=(1,), num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 1), **_constexprs(cfg))
+    return fn.warmup(*dtypes, grid=(1,), **compile_options(meta, cfg), **_constexprs(cfg))
 
 
 def _tune_path(path, device) -> "os.PathLike":
@@ -291,7 +297,7 @@ def _resolve(name, fn, meta, configs, futures, device, path, tune_path, workspac
     index = device.index or 0
 
     def fast(cfg, ck, use_c):
-        return _fast_launcher(ck, meta, cfg, _jit_launcher(fn, cfg, False, workspace), index, use_c, workspace)
+        return _fast_launcher(ck, meta, cfg, _jit_launcher(fn, meta, cfg, False, workspace), index, use_c, workspace)
 
     if "ok" not in _c_checked and _c_fits(compiled[0][1]):
         cfg, ck = compiled[0]
@@ -321,7 +327,7 @@ def build(name: str, source: str, meta: dict):
     with real_tensors():
         workspace = [torch.zeros(w["numel"], dtype=DTYPES[w["dtype"]], device=device) for w in meta["workspace"]]
     if interpret:
-        launch = _jit_launcher(fn, configs[0], True, workspace)
+        launch = _jit_launcher(fn, meta, configs[0], True, workspace)
         launcher = TritonLauncher(name, lambda: launch)
         launcher.wait()
         return launcher, path, hit
@@ -342,7 +348,7 @@ def build(name: str, source: str, meta: dict):
             raise
         except Exception as e:  # our fast path broke on this Triton: its own launch is correct
             print(f"pytest-fusion: {name}: plain Triton launch ({type(e).__name__}: {str(e)[:300]})", file=sys.stderr)
-            cfg, launch, how = configs[0], _jit_launcher(fn, configs[0], False, workspace), "jit"
+            cfg, launch, how = configs[0], _jit_launcher(fn, meta, configs[0], False, workspace), "jit"
         CHOSEN[name] = dict(cfg, launcher=how)
         return launch
 
