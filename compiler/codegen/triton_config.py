@@ -250,14 +250,19 @@ def _looped_configs(xn: int, rn: int, inner: bool, gpu: bool, itemsize: int, wid
     if inner and passes > 1:
         # a row read again by a later loop: few, wide programs keep it in L2 until
         # then and keep many loads in flight. The best step varies with the row
-        # (H100, softmax over [2048, 50257]: fp32 8192 x 32 warps 406 us, 2048 x 4
-        # warps 704 us; bf16 4096 x 32 warps; over 12289: 2048 x 8 bf16, x 16 fp32):
-        # an eighth or a sixteenth of the row, 4 or 8 elements per thread
+        # (H100, softmax over [2048, 50257]: fp32 8192 x 32 warps 369 us, 4096 x 32
+        # 502 us, 2048 x 4 warps 704 us; bf16 2048 x 32 warps 222 us, 4096 x 32 236,
+        # 8192 x 32 260; over 12289: 2048 x 8 bf16, x 16 fp32): an eighth to a
+        # sixteenth of the row, 4 or 8 elements per thread, and for 2-byte elements
+        # a thirty-second, 2 per thread
         def step(rb, per_thread):
             return cfg(1, rb, min(32, max(4, rb // (32 * per_thread))))
 
         eighth = min(pow2(rn) // 8, MULTIPASS_STEP_BYTES // itemsize)
-        out = [step(eighth, 8)] + ([step(max(1, eighth // 2), 4), step(eighth, 4)] if big else [])
+        out = [step(eighth, 8)]
+        if big:
+            out += [step(max(1, eighth // 2), 4), step(eighth, 4)]
+            out += [step(max(1, eighth // 4), 2)] if itemsize <= 2 else []
         return [c for i, c in enumerate(out) if c not in out[:i]]
     if inner:
         # a kernel that may split keeps several accumulators per row: more, lighter
