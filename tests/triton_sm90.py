@@ -31,6 +31,21 @@ def compile_for_h100(source: str, name: str, **config):
                           target=GPUTarget("cuda", 90, 32), options=compile_options(meta, config))
 
 
+def local_memory_accesses(compiled) -> int:
+    """Loads and stores of local memory (spilled registers) in a kernel compiled
+    by compile_for_h100, from its SASS."""
+    import subprocess
+    import tempfile
+
+    from triton import knobs
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        sass = subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+    return sum(op in line for line in sass.splitlines() for op in (" STL", " LDL"))
+
+
 def cannot_compile_for_h100() -> str | None:
     """Why kernels cannot be compiled for sm_90 here, or None."""
     try:
