@@ -216,18 +216,16 @@ def _persistent_configs(xn: int, rblock: int, inner: bool, gpu: bool, itemsize: 
     if not (gpu and inner and xn * rblock >= AUTOTUNE_MIN_ELEMENTS):
         return [first]
     # the best warps and rows per program depend on the kernel's registers and on
-    # the GPU's bandwidth: one more configuration is timed, half the rows per program
-    # or, with one row, twice the warps (up to 64 elements per thread); rows of 16K
-    # or more try half and twice the warps. H100, [4096, 12289]: layer_norm fp32
-    # 143 us with 16 warps, 154 with 32; softmax fp32 183 and 156; rms_norm bf16 80
-    # with 8, 106 with 16. H200, [8192, 4096]: bf16 softmax 40.1 us with 2 rows of 8
-    # warps, 36.9 with 1 row; layer_norm fp32 70.8 with 8 warps, 69.1 with 16. Each
-    # candidate costs a compile (H200: about 0.1 s); the others measured gained <= 1.3%
+    # the GPU's bandwidth. Rows of 16K or more also time half and twice the warps
+    # (H100, [4096, 12289]: layer_norm fp32 143 us with 16 warps, 154 with 32;
+    # softmax fp32 183 and 156; rms_norm bf16 80 with 8, 106 with 16), up to 64
+    # elements per thread; a program of several shorter rows also times half the
+    # rows (H200, [8192, 4096] bf16: softmax 40.1 us with 2 rows of 8 warps, 36.9
+    # with 1 row). Each candidate costs a compile, about 0.1-0.2 s: twice the warps
+    # over one shorter row gained at most 2.4% on an H200 (layer_norm fp32 70.8 ->
+    # 69.1 us), and is not tried
     w, xb = first["num_warps"], first["XBLOCK"]
-    if rblock >= 16384:
-        warps = (w // 2, 2 * w)
-    else:
-        warps = () if xb > 1 else (2 * w,)
+    warps = (w // 2, 2 * w) if rblock >= 16384 else ()
     out = [first] + [dict(first, num_warps=n) for n in warps if n <= 32 and xb * rblock <= 64 * 32 * n]
     if xb > 1:
         out.append(dict(first, XBLOCK=xb // 2, grid=cdiv(xn, xb // 2)))
