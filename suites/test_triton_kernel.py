@@ -87,25 +87,38 @@ def test_generated_gelu_matches_handwritten(fusion):
     torch.testing.assert_close(ours, triton_gelu(x), rtol=1e-5, atol=1e-6)
 
 
+def kernel_us(fn, calls: int = 20) -> float:
+    """Device time per call of the kernels `fn` launches, from torch.profiler: the
+    kernels alone, without the host's work per call (Dynamo's guards and our
+    wrapper for ours, Triton's launcher for the hand-written one)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    return sum(e.time_range.elapsed_us() for e in prof.events()
+               if e.device_type == torch.autograd.DeviceType.CUDA) / calls
+
+
 @pytest.mark.skipif(sizes.DEVICE != "cuda", reason="times the hand-written Triton kernel: CUDA only")
 @gelu_gates
 def test_generated_gelu_as_fast_as_handwritten(fusion):
-    from pytest_fusion.measure.timing import time_interleaved
-
+    if fusion.timing_off or fusion.timing_skip:
+        pytest.skip(f"timing is off ({fusion.timing_off or fusion.timing_skip}): nothing to compare")
     x = fusion.randn(N)
-    fusion.run(M.gelu_tanh, x)
-    m = fusion.metrics
-    if not m["median_ms"]:
-        pytest.skip("timing is off (--fusion-no-perf or an untrusted timer): nothing to compare")
-    # each kernel timed interleaved with eager; compared through their speedups over
-    # eager, so drift between the two timing sessions cancels
-    times = time_interleaved({"eager": lambda: M.gelu_tanh(x), "hand": lambda: triton_gelu(x)},
-                             fusion.device, fusion.settings.rounds, fusion.settings.warmup)
-    hand = statistics.median(times["eager"]) / statistics.median(times["hand"])
-    ours = m["speedup"]["eager"]
-    # per call, ours also runs Dynamo's guards and our wrapper (~10 us on a ~30 us
-    # kernel); the hand-written launch does not. Measured on an H100 in three runs:
-    # 42%, 66%, 83%: a floor against a pathological slowdown, not a tight gate.
-    assert ours >= 0.4 * hand, (
-        f"generated GELU {ours:.2f}x over eager, hand-written Triton {hand:.2f}x: ours is "
-        f"{ours / hand:.0%} of the hand-written kernel's speed (at least 40% expected)")
+    compiled = fusion.compile(M.gelu_tanh)  # its first call is measured after the test
+    torch.testing.assert_close(compiled(x), M.gelu_tanh(x))
+    # the kernels' device time, taking turns: per call, ours also runs Dynamo's guards
+    # and our wrapper, which a bare launch does not (on an H200's host, about 59 us
+    # against the kernel's 21: a comparison of host paths, not of kernels)
+    samples = {"ours": [], "hand": []}
+    for _ in range(5):
+        samples["ours"].append(kernel_us(lambda: compiled(x)))
+        samples["hand"].append(kernel_us(lambda: triton_gelu(x)))
+    ours, hand = (statistics.median(samples[k]) for k in ("ours", "hand"))
+    assert ours <= hand / 0.9, (
+        f"generated GELU kernel {ours:.1f} us per call, hand-written Triton {hand:.1f} us: ours runs at "
+        f"{hand / ours:.0%} of the hand-written kernel's speed (at least 90% expected)")
