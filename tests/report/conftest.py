@@ -41,7 +41,10 @@ PASSING = "test_tiny.py::test_sin_chain_fuses"
 
 
 def plugin_args() -> list[str]:
-    """-p pytest_fusion only when its pytest11 entry point is not installed."""
+    """-p pytest_fusion only when its pytest11 entry point is not installed (or
+    plugins are not loaded from entry points)."""
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return ["-p", "pytest_fusion"]
     try:
         importlib.metadata.distribution("pytest-fusion")
         return []
@@ -56,8 +59,9 @@ def _run_pytest(where: Path, *args: str, timeout: float = 240) -> subprocess.Com
 
 
 def _write_tiny(where: Path, ini: str = "") -> None:
+    """The tiny tests run on the CPU on any machine: the report tests read its C++ kernels."""
     (where / "test_tiny.py").write_text(TINY_TESTS)
-    (where / "pytest.ini").write_text("[pytest]\nfusion_rounds = 3\nfusion_warmup = 1\n" + ini)
+    (where / "pytest.ini").write_text("[pytest]\nfusion_device = cpu\nfusion_rounds = 3\nfusion_warmup = 1\n" + ini)
 
 
 @pytest.fixture(scope="session")

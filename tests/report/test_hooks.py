@@ -17,7 +17,9 @@ def test_json_alone_writes_no_html(tmp_path, run_pytest, write_tiny):
     assert not (tmp_path / "reports").exists()
 
 
-def test_no_option_writes_nothing(tmp_path, run_pytest, write_tiny):
+def test_no_option_writes_nothing(tmp_path, run_pytest, write_tiny, monkeypatch):
+    # ours alone: other installed plugins may write files of their own (pytest-benchmark's .benchmarks)
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     write_tiny(tmp_path)
     proc = run_pytest(tmp_path, "-k", "plain")
     assert proc.returncode == 0, proc.stdout[-2000:]
