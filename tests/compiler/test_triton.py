@@ -308,8 +308,7 @@ def test_gpu_every_tuned_persistent_config_matches_eager(dtype):
             args = [inputs[int(a["name"][3:])] if a["name"].startswith("arg") else torch.full_like(ref, float("nan"))
                     for a in meta["args"]]
             blocks = {k: v for k, v in cfg.items() if k.endswith("BLOCK")}
-            kfn[(cfg["grid"],)](*args, **blocks, num_warps=cfg["num_warps"], num_stages=1,
-                                enable_fp_fusion=meta.get("fp_fusion", True))
+            kfn[(cfg["grid"],)](*args, **blocks, **triton_build.compile_options(meta, cfg))
             torch.testing.assert_close(args[-1], ref, **_tol(dtype), msg=lambda m, cfg=cfg: f"{cfg}: {m}")
 
 
