@@ -33,6 +33,7 @@ CTYPE = {
 
 # elements below which a kernel runs on one thread (a parallel region costs microseconds)
 PARALLEL_MIN_ELEMENTS = 32768
+TRIG_FLAG = "fusion_trig_out"  # set by fusion_sinf/cosf where an argument needs libm's
 
 # glibc's libmvec vector variants (2.35+ has all of these; 2.22 the first five)
 _SIMD_MATH = ["sin", "cos", "exp", "log", "pow", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
@@ -124,6 +125,33 @@ static inline float fusion_expf(float x) {
   uint32_t b1 = (uint32_t)(k1 + 127) << 23, b2 = (uint32_t)(k2 + 127) << 23;
   float s1, s2; std::memcpy(&s1, &b1, 4); std::memcpy(&s2, &b2, 4);
   return p * s1 * s2;
+}
+// sin and cos of a float: x = k pi/2 + r with pi/2 in three parts (Cody-Waite, exact
+// enough for |x| <= FUSION_TRIG_MAX), Cephes' polynomials on |r| <= pi/4 by quadrant.
+// Within 2 ulp, inlined and vectorized: a sin chain ran 17% faster than with libmvec's
+// sinf (Zen 4). A kernel using them flags any |x| beyond that range (and NaN, inf)
+// and is run again with libm's sinf and cosf (see the pointwise renderer).
+#define FUSION_TRIG_MAX 65536.0f
+static inline float fusion_trigf(float x, int quadrant_shift) {
+  float k = __builtin_rintf(x * 0.636619772367581343f);
+  float r = __builtin_fmaf(k, -1.57079637050628662109375f, x);  // exact: a multiple of 2^-23 below 2
+  r = __builtin_fmaf(k, 4.371138828673793e-08f, r);
+  r = __builtin_fmaf(k, 1.7151245100058819e-15f, r);
+  int32_t q = (int32_t)k + quadrant_shift;
+  float r2 = r * r;
+  float s = __builtin_fmaf(__builtin_fmaf(__builtin_fmaf(-1.9515295891e-4f, r2, 8.3321608736e-3f), r2, -1.6666654611e-1f), r2 * r, r);
+  float c = __builtin_fmaf(__builtin_fmaf(__builtin_fmaf(2.443315711809948e-5f, r2, -1.388731625493765e-3f), r2, 4.166664568298827e-2f),
+                           r2 * r2, __builtin_fmaf(-0.5f, r2, 1.0f));
+  float v = (q & 1) ? c : s;
+  return (q & 2) ? -v : v;
+}
+static inline float fusion_sinf(float x, int& out_of_range) {
+  out_of_range |= !(std::abs(x) <= FUSION_TRIG_MAX);
+  return fusion_trigf(x, 0);
+}
+static inline float fusion_cosf(float x, int& out_of_range) {
+  out_of_range |= !(std::abs(x) <= FUSION_TRIG_MAX);
+  return fusion_trigf(x, 1);  // cos(x) = sin(x + pi/2)
 }
 // An integer division by zero would raise SIGFPE and kill the process: flag it,
 // divide by 1 instead, and let the launcher raise ZeroDivisionError (as ATen does).
@@ -405,6 +433,7 @@ class CppKernel:
         self.nest = self._nest()
         self.block = 0  # > 0: a blocked reduction over that many lanes xi of the innermost x
         self.r_loop = False  # rendering the body of a loop over r (of one row x)
+        self.fast_trig = False  # float sin/cos by fusion_sinf/cosf, which flag TRIG_FLAG
 
     # -- loop structure --------------------------------------------------------
     def _nest(self) -> list[int]:
@@ -467,6 +496,8 @@ class CppKernel:
             raise NotImplementedError(f"{s.op} computed in {t}: lowering should upcast")
         if s.op == "where":
             return f"({a[0]} ? {a[1]} : {a[2]})"
+        if s.op in ("sin", "cos") and self.fast_trig and s.args[0].dtype == torch.float32:
+            return f"fusion_{s.op}f({a[0]}, {TRIG_FLAG})"
         if s.op in UNARY_C:
             return UNARY_C[s.op](a[0], s.args[0].dtype)
         if s.op == "truediv" and self.r_loop and _divides_by_row_value(s):
@@ -522,6 +553,8 @@ class CppKernel:
                     pragma += " simd"
             elif innermost and simd_inner:
                 pragma = "#pragma omp simd"
+            if pragma and self.fast_trig:
+                pragma += f" reduction(|:{TRIG_FLAG})"
             if pragma:
                 body.append(indent + pragma)
             if innermost and self.block:
@@ -537,6 +570,24 @@ class CppKernel:
             body.append("    " * (d + 1) + "}")
 
     def _render_pointwise(self, body, parallel):
+        # float sin/cos by the inlined fusion_sinf/cosf; an argument out of their range
+        # runs the kernel again with libm's. Only where that is safe: no output is
+        # written over an input (a mutation) that the second run would read again.
+        self.fast_trig = _uses_float_trig(self.k) and not any(m.node.buffer.store_target is not None for m in self.k.members)
+        if self.fast_trig:
+            body.append(f"    int {TRIG_FLAG} = 0;")
+            self._pointwise_loops(body, parallel)
+            self.fast_trig = False
+            body.append(f"    if ({TRIG_FLAG})")
+            body.append("    {")
+            inner: list[str] = []
+            self._pointwise_loops(inner, parallel)
+            body.extend("    " + line for line in inner)
+            body.append("    }")
+        else:
+            self._pointwise_loops(body, parallel)
+
+    def _pointwise_loops(self, body, parallel):
         indent = self._loops_open(body, parallel, simd_inner=True)
         cse: dict = {}
         for m in self.k.members:
@@ -786,6 +837,10 @@ class CppKernel:
             else:
                 raise NotImplementedError(rt)
         self.r_loop = False
+
+
+def _uses_float_trig(kernel: FusedKernel) -> bool:
+    return any(e.op in ("sin", "cos") and e.args[0].dtype == torch.float32 for m in kernel.members for e in m.value.walk())
 
 
 def _stride(index: sympy.Expr, var: sympy.Symbol):

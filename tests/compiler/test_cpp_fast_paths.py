@@ -1,7 +1,8 @@
 """The C++ codegen's performance paths give eager's results: reductions over an
 outer axis walk r once for a block of x lanes, float sums over a row accumulate in
 lanes of r, a costly row value (softmax's exp) is kept in a row buffer for the later
-loops, float exp is an inlined polynomial within an ulp, a division by a row value multiplies by its reciprocal where that is exact enough, equal reductions are made once, the NaN flag of max/min lives in an int (so
+loops, float exp is an inlined polynomial within an ulp, float sin and cos
+are too (within 2 ulp, with libm's beyond their range), a division by a row value multiplies by its reciprocal where that is exact enough, equal reductions are made once, the NaN flag of max/min lives in an int (so
 the loop vectorizes), float16 moves as bits with software conversions that round as
 ATen does, and a kernel compiled while torch runs one thread has no parallel region."""
 from __future__ import annotations
@@ -104,6 +105,43 @@ def test_float_exp_is_inlined_and_within_an_ulp():
     assert ulp[finite].max() <= 1.0, x[finite][ulp[finite].argmax()]
     torch.testing.assert_close(got[0], x.exp(), equal_nan=True)
     torch.testing.assert_close(got[1], torch.sigmoid(x), equal_nan=True)
+
+
+def _ulps(got, x, op):
+    exact = op(x.double())
+    return (got.double() - exact).abs() / torch.maximum(exact.float().double().abs() * 2.0 ** -23, torch.tensor(2.0 ** -149))
+
+
+def test_float_sin_cos_are_inlined_within_two_ulp_and_fall_back_beyond_their_range():
+    """In range (|x| <= 65536, multiples of pi/2 included, where the reduction
+    cancels): the inlined polynomials, within 2 ulp. An argument beyond it (or
+    NaN, inf) runs the kernel again with libm's sinf/cosf: eager's results there."""
+    torch.manual_seed(0)
+    near = (torch.arange(-40_000, 40_000, 7, dtype=torch.float64) * (torch.pi / 2)).float()
+    x = torch.cat([torch.linspace(-65536, 65536, 100_003), torch.randn(10_000) * 4, near])
+    fn = torch.compile(lambda x: (x.sin(), x.cos() * 2), backend="fusion")
+    with compiler.capture() as cap:
+        got = fn(x)
+    body = _sources(cap).split('extern "C" void')[-1]
+    assert "fusion_sinf(" in body and "fusion_cosf(" in body and " sinf(" in body  # the fallback loop
+    assert _ulps(got[0], x, torch.sin).max() <= 2.0
+    assert _ulps(got[1] / 2, x, torch.cos).max() <= 2.0
+    for bad in (float("nan"), float("inf"), 1e6, -3e38):
+        y = x.clone()
+        y[12345] = bad
+        out = fn(y)
+        torch.testing.assert_close(out[0], y.sin(), equal_nan=True, rtol=0, atol=2.5e-7)
+        torch.testing.assert_close(out[1], y.cos() * 2, equal_nan=True, rtol=0, atol=5e-7)
+
+
+def test_float_sin_in_place_keeps_libm(check_compiled):
+    """A kernel that writes over its input cannot run twice: no fast path there."""
+    x = torch.randn(1000) * 3
+    with compiler.capture() as cap:
+        torch.compile(lambda x: x.sin_(), backend="fusion")(x.clone())
+    body = _sources(cap).split('extern "C" void')[-1]
+    assert " sinf(" in body and "fusion_sinf(" not in body
+    check_compiled(lambda x: x.clone().sin_() + 1, x)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
