@@ -142,8 +142,9 @@ def workloads(device, smoke: bool) -> list[Workload]:
             lambda x: x.softmax(-1), (rnd(s(2048), 50257, dtype=dt),))))
     out.append(Workload("layer_norm [4096,12289] bf16", lambda: (
         nn.LayerNorm(12289).to(device=device, dtype=torch.bfloat16), (rnd(s(4096), 12289, dtype=torch.bfloat16),))))
-    out.append(Workload("group_norm [32,256,56,56] fp32", lambda: (
-        nn.GroupNorm(8, 256).to(device).eval(), (rnd(s(32), 256, 56, 56),))))
+    for groups in (8, 32):  # 256 groups of 100352 (split statistics), 1024 of 25088 (one kernel)
+        out.append(Workload(f"group_norm {groups}g [32,256,56,56] fp32", lambda g=groups: (
+            nn.GroupNorm(g, 256).to(device).eval(), (rnd(s(32), 256, 56, 56),))))
     out.append(Workload("ceilfloor_softmax [4096,4096]", lambda: (ceilfloor, (rnd(s(4096), 4096), rnd(s(4096), 4096)))))
     out.append(Workload("toy_example [10]", lambda: (toy_example, (rnd(10), torch.ones(10, device=device)))))
 

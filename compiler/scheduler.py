@@ -104,6 +104,16 @@ class FusedKernel:
         """Number of reduction loops (passes over r) the kernel makes."""
         return 1 + max((m.phase // 2 for m in self.members if m.phase >= 0), default=0)
 
+    def can_split(self) -> bool:
+        """One pass over r, then per-row code only: programs can each reduce a part
+        of a row, and the last to finish combine them."""
+        for m in self.members:
+            if m.role == "reduction" and (m.phase != 0 or m.node.buffer.reduction_type not in REDUCTIONS_THAT_SPLIT):
+                return False
+            if m.phase > 1:
+                return False
+        return True
+
     def origins(self) -> list[str]:
         return list(dict.fromkeys(o for m in self.members for o in m.node.buffer.origins))
 
@@ -118,6 +128,14 @@ class ExternStep:
 
 
 X, R = symbol("x0"), symbol("r0")
+REDUCTIONS_THAT_SPLIT = {"sum", "prod", "max", "min", "any", "all"}
+# A reduction over fewer rows than this, each longer than SPLIT_MIN_RNUMEL, keeps
+# per-element consumers out of its kernel: alone it can split its rows across
+# programs (on a GPU, 128 rows would otherwise run on 128 of 132 SMs, one program
+# a row); fused, every row is one program. Above it, a consumer that reads the
+# rows again in the same kernel finds them in cache (group_norm: one kernel)
+SPLIT_MAX_ROWS = 264  # 2 programs per SM of an H100
+SPLIT_MIN_RNUMEL = 32769  # longer rows than a GPU program holds in registers
 
 
 # ---------------------------------------------------------------------------
@@ -187,9 +205,18 @@ def _kernel_vars(node: Node, role: str, rnumel: int):
     while k > 0 and acc < rnumel:
         k -= 1
         acc *= node.sizes[k]
-    if acc != rnumel:
+    if acc == rnumel:
+        return _split(X, node.sizes[:k]) + _split(R, node.sizes[k:]), []
+    # r0 ends inside loop k: split it in an outer part (in x0) and an inner part (in
+    # r0), e.g. group_norm's channels: [N, C, HW] over rows of (C/G) * HW
+    if k == len(node.sizes) or 0 in node.sizes or rnumel == 0:  # empty loops: nothing to split
         return None
-    return _split(X, node.sizes[:k]) + _split(R, node.sizes[k:]), []
+    inner = acc // node.sizes[k]
+    if rnumel % inner or node.sizes[k] % (rnumel // inner):
+        return None
+    f = rnumel // inner
+    xs, rs = _split(X, node.sizes[:k] + [node.sizes[k] // f]), _split(R, [f] + node.sizes[k + 1 :])
+    return xs[:-1] + [xs[-1] * f + rs[0]] + rs[1:], []
 
 
 def _split(var, sizes):
@@ -324,6 +351,10 @@ class Scheduler:
                 return None, f"a per-row value cannot depend on the whole row {name}"
             phase = max(phase, _phase_after(producer, member, kernel))
         member.phase = phase
+        if (member.role == "full" and phase >= 2 and kernel.xnumel < SPLIT_MAX_ROWS
+                and kernel.rnumel >= SPLIT_MIN_RNUMEL and kernel.can_split()):
+            return None, (f"{kernel.xnumel} rows of {kernel.rnumel}: alone, the reduction splits its rows "
+                          "across programs; a per-element consumer would make every row one program")
         # a mutation's target may be read in this kernel only at the index it writes
         target = node.buffer.store_target
         if target is not None and not read_only_at(kernel.members, target.name, member.store_index):

@@ -39,7 +39,6 @@ MULTIPASS_STEP_BYTES = 32 << 10
 # split a looped reduction when a row has at least this many loop iterations per split
 SPLIT_MIN_ITERATIONS = 4
 SPLIT_WARPS_PER_SM = 32  # of the 64 an H100 SM holds
-REDUCTIONS_THAT_SPLIT = {"sum", "prod", "max", "min", "any", "all"}
 TILE_MIN = 16  # both dims of a 2-D tile at least this long
 Y = symbol("y0")
 
@@ -84,7 +83,7 @@ def plan(kernel: FusedKernel, device: torch.device, itemsize: int) -> Plan:
     if p.persistent:
         p.configs = _persistent_configs(xn, rblock, inner, gpu, itemsize)
         return p
-    splittable = _can_split(kernel)
+    splittable = kernel.can_split()
     configs = _looped_configs(xn, rn, inner, gpu, itemsize, wide=splittable, passes=kernel.loops)
     xblocks = cdiv(xn, configs[0]["XBLOCK"])
     iterations = rn // configs[0]["RBLOCK"]
@@ -95,16 +94,6 @@ def plan(kernel: FusedKernel, device: torch.device, itemsize: int) -> Plan:
         p.split = max(1, min(cdiv(programs, xblocks), iterations // SPLIT_MIN_ITERATIONS))
     p.configs = [dict(c, grid=cdiv(xn, c["XBLOCK"]) * p.split) for c in configs]
     return p
-
-
-def _can_split(kernel: FusedKernel) -> bool:
-    """One pass over r, then per-row code only: the last program can finish it."""
-    for m in kernel.members:
-        if m.role == "reduction" and (m.phase != 0 or m.node.buffer.reduction_type not in REDUCTIONS_THAT_SPLIT):
-            return False
-        if m.phase > 1:
-            return False
-    return True
 
 
 # -- pointwise ---------------------------------------------------------------------------------

@@ -195,6 +195,14 @@ def as_strided(g, node, x, size, stride, storage_offset=None):
     _, offset = _layout(x)
     if not isinstance(x, View):
         root = x.view_of[0] if getattr(x, "view_of", None) else x
+        size, stride = tuple(size), tuple(stride)
+        start = storage_offset if storage_offset is not None else offset
+        if root.realized is None and stride == contiguous_strides(size) and start + math.prod(size) <= math.prod(root.size):
+            # a dense window of the contiguous buffer root would be realized into (a
+            # decomposition's reshape, e.g. group_norm's [N, G, C/G] -> [N, C]): read
+            # root there, so it stays fusible instead of being written and read back
+            return _view(root, size, stride, start,
+                         lambda idx: unflatten(start + linear_index(idx, stride), root.size))
         x = g.realize(root)
     if storage_offset is not None:
         offset = storage_offset - getattr(x.buffer, "offset", 0)

@@ -71,6 +71,39 @@ def test_norms_over_the_last_dim_are_one_kernel(name, fn, args):
     assert not cap.fallbacks
 
 
+@pytest.mark.parametrize("shape, groups", [((2, 12, 5, 7), 4), ((3, 32, 7, 9), 8), ((2, 6, 1, 1), 3)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_group_norm_is_one_kernel(shape, groups, dtype):
+    """The statistics of a group and its normalized values fuse: the per-channel
+    scale and shift (an as_strided [N, C] view of [N, G, C/G] values) are computed
+    where they are read, and the loops over [N, C, H*W] split C into (group,
+    channel in the group) to walk the kernel's rows. TorchInductor makes 3 kernels."""
+    torch.manual_seed(2)
+    norm = nn.GroupNorm(groups, shape[1]).eval().to(dtype)
+    with torch.no_grad():
+        norm.weight.normal_()
+        norm.bias.normal_()
+    x = (torch.randn(shape) * 3 + 1).to(dtype)
+    compiled = torch.compile(norm, backend="fusion", dynamic=False)
+    with torch.no_grad(), compiler.capture() as cap:
+        out = compiled(x)
+        ref = norm(x)
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out, ref, **tol)
+    assert len(cap.kernels) == 1, [(k.name, k.split_reason) for k in cap.kernels]
+    assert cap.kernels[0].bytes_written == x.nbytes  # only the result reaches memory
+
+
+def test_few_long_groups_keep_their_statistics_kernel_splittable():
+    """4 groups of 36864: fused with the normalize loop, every group would be one
+    GPU program; alone, the statistics split their rows across programs."""
+    norm = nn.GroupNorm(2, 8).eval()
+    with torch.no_grad():
+        cap = run(norm, torch.randn(2, 8, 96, 96) * 2 + 3)
+    assert [k.kind for k in cap.kernels] == ["reduction", "pointwise"]
+    assert "splits its rows" in cap.kernels[1].split_reason
+
+
 def test_layer_norm_mean_is_reduced_once():
     """var_mean and layer_norm both need the row mean: one sum, not two, in the IR."""
     cap = run(nn.LayerNorm(777).eval(), torch.randn(33, 777))
