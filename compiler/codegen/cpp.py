@@ -433,6 +433,7 @@ class CppKernel:
         self.nest = self._nest()
         self.block = 0  # > 0: a blocked reduction over that many lanes xi of the innermost x
         self.r_loop = False  # rendering the body of a loop over r (of one row x)
+        self.r_split = 0  # > 0: r walked as r0o * r_split + r0i (see _r_split)
         self.fast_trig = False  # float sin/cos by fusion_sinf/cosf, which flag TRIG_FLAG
 
     # -- loop structure --------------------------------------------------------
@@ -451,6 +452,10 @@ class CppKernel:
         ranges[R] = max(self.k.rnumel, 1)
         sub = {X: flat}
         memo: dict = {}
+        if self.r_split:
+            d = self.r_split
+            nested = {FloorDiv(R, d): R_OUTER, ModularIndexing(R, 1, d): R_INNER}
+            return ir.map_indices(e, lambda i: simplify_with_ranges(sympy.sympify(i).xreplace(sub), ranges).xreplace(nested), memo)
         return ir.map_indices(e, lambda i: simplify_with_ranges(sympy.sympify(i).xreplace(sub), ranges), memo)
 
     def _rewrite_index(self, i: sympy.Expr) -> sympy.Expr:
@@ -737,16 +742,32 @@ class CppKernel:
             accs = {name: acc[: -len(lane)] for name, acc in accs.items()}
             lane = ""
         else:
+            split = 0 if self.block or parallel_r else _r_split(members, rnumel)
+            outer = indent
+            if split:  # r0 // split is constant along the vectorized inner loop
+                body.append(f"{indent}for (int64_t r0o = 0; r0o < {rnumel // split}; r0o++)")
+                body.append(indent + "{")
+                indent += "    "
             # r is vectorized unless argmax/argmin need its order, or the lanes are vectorized instead
             if not self.block and all(m.node.buffer.reduction_type not in ("argmax", "argmin") for m in reds):
                 body.append(f"{indent}#pragma omp {'parallel for simd' if parallel_r else 'simd'} {' '.join(clauses)}")
-            body.append(f"{indent}for (int64_t r0 = 0; r0 < {rnumel}; r0++)")
-            body.append(indent + "{")
+            if split:
+                body.append(f"{indent}for (int64_t r0i = 0; r0i < {split}; r0i++)")
+                body.append(indent + "{")
+                body.append(f"{indent}    const int64_t r0 = r0o * {split} + r0i;")
+            else:
+                body.append(f"{indent}for (int64_t r0 = 0; r0 < {rnumel}; r0++)")
+                body.append(indent + "{")
             inner = self._lanes_open(body, indent + "    ") if self.block else indent + "    "
+            self.r_split = split
             self._loop_body(members, accs, lane, body, inner, row_cse, loop)
+            self.r_split = 0
             if self.block:
                 body.append(indent + "    }")
             body.append(indent + "}")
+            if split:
+                indent = outer
+                body.append(indent + "}")
         after = self._lanes_open(body, indent) if self.block and reds else indent
         finished: set = set()
         for m in reds:
@@ -837,6 +858,22 @@ class CppKernel:
             else:
                 raise NotImplementedError(rt)
         self.r_loop = False
+
+
+R_OUTER, R_INNER = symbol("r0o"), symbol("r0i")
+SPLIT_R_MIN = 16  # an inner loop at least this long, so that it still vectorizes
+
+
+def _r_split(members, rnumel: int) -> int:
+    """d when the members index by r0 // d (group_norm's per-channel weights, d
+    elements a channel) and d divides the row: the loop over r is then two, and
+    the index is constant along the inner one instead of a division per element."""
+    divisors = {int(f.args[1]) for m in members for e in m.value.walk() if e.op == "load"
+                for f in sympy.sympify(e.args[1]).atoms(FloorDiv) if f.args[0] == R}
+    if len(divisors) != 1:
+        return 0
+    d = divisors.pop()
+    return d if d >= SPLIT_R_MIN and rnumel % d == 0 and d < rnumel else 0
 
 
 def _uses_float_trig(kernel: FusedKernel) -> bool:

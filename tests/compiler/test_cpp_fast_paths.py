@@ -2,7 +2,7 @@
 outer axis walk r once for a block of x lanes, float sums over a row accumulate in
 lanes of r, a costly row value (softmax's exp) is kept in a row buffer for the later
 loops, float exp is an inlined polynomial within an ulp, float sin and cos
-are too (within 2 ulp, with libm's beyond their range), a division by a row value multiplies by its reciprocal where that is exact enough, equal reductions are made once, the NaN flag of max/min lives in an int (so
+are too (within 2 ulp, with libm's beyond their range), a division by a row value multiplies by its reciprocal where that is exact enough, equal reductions are made once, a loop indexed by r0 // d runs as two loops, the NaN flag of max/min lives in an int (so
 the loop vectorizes), float16 moves as bits with software conversions that round as
 ATen does, and a kernel compiled while torch runs one thread has no parallel region."""
 from __future__ import annotations
@@ -105,6 +105,22 @@ def test_float_exp_is_inlined_and_within_an_ulp():
     assert ulp[finite].max() <= 1.0, x[finite][ulp[finite].argmax()]
     torch.testing.assert_close(got[0], x.exp(), equal_nan=True)
     torch.testing.assert_close(got[1], torch.sigmoid(x), equal_nan=True)
+
+
+@pytest.mark.parametrize("shape, groups", [((2, 12, 5, 7), 4), ((3, 16, 9, 9), 2)])
+def test_a_loop_indexed_by_r_over_d_runs_as_two_loops(check_compiled, shape, groups):
+    """GroupNorm's normalize loop reads a weight at r0 // (H*W): the loop over r is
+    two loops, the outer over channels, so the index is constant along the
+    vectorized inner one (a division per element ran 3x slower than eager)."""
+    torch.manual_seed(0)
+    norm = torch.nn.GroupNorm(groups, shape[1]).eval()
+    with torch.no_grad():
+        norm.weight.normal_()
+        norm.bias.normal_()
+        cap = check_compiled(norm, torch.randn(shape) * 2 + 1, tol=dict(rtol=1e-4, atol=1e-4))
+    body = _sources(cap).split('extern "C" void')[-1]
+    hw = shape[2] * shape[3]
+    assert f"for (int64_t r0i = 0; r0i < {hw}; r0i++)" in body and f"/ {hw})" not in body
 
 
 def _ulps(got, x, op):
