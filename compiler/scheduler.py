@@ -129,13 +129,6 @@ class ExternStep:
 
 X, R = symbol("x0"), symbol("r0")
 REDUCTIONS_THAT_SPLIT = {"sum", "prod", "max", "min", "any", "all"}
-# A reduction over fewer rows than this, each longer than SPLIT_MIN_RNUMEL, keeps
-# per-element consumers out of its kernel: alone it can split its rows across
-# programs (on a GPU, 128 rows would otherwise run on 128 of 132 SMs, one program
-# a row); fused, every row is one program. Above it, a consumer that reads the
-# rows again in the same kernel finds them in cache (group_norm: one kernel)
-SPLIT_MAX_ROWS = 264  # 2 programs per SM of an H100
-SPLIT_MIN_RNUMEL = 32769  # longer rows than a GPU program holds in registers
 
 
 # ---------------------------------------------------------------------------
@@ -351,8 +344,7 @@ class Scheduler:
                 return None, f"a per-row value cannot depend on the whole row {name}"
             phase = max(phase, _phase_after(producer, member, kernel))
         member.phase = phase
-        if (member.role == "full" and phase >= 2 and kernel.xnumel < SPLIT_MAX_ROWS
-                and kernel.rnumel >= SPLIT_MIN_RNUMEL and kernel.can_split()):
+        if member.role == "full" and phase >= 2 and _splits_rows_alone(kernel):
             return None, (f"{kernel.xnumel} rows of {kernel.rnumel}: alone, the reduction splits its rows "
                           "across programs; a per-element consumer would make every row one program")
         # a mutation's target may be read in this kernel only at the index it writes
@@ -379,6 +371,17 @@ class Scheduler:
                 m.stored = name in outputs or outside or later or m.node.buffer.store_target is not None
                 if not config.fusion:
                     m.stored = True
+
+
+def _splits_rows_alone(kernel: FusedKernel) -> bool:
+    """Whether the GPU planner splits this reduction's rows across programs: few
+    rows (under two programs an SM), each longer than a program holds in registers.
+    A per-element consumer fused in would make every row one program (128 rows on
+    128 of 132 SMs); with more or shorter rows, a consumer that reads the rows
+    again in the same kernel finds them in cache (group_norm: one kernel)."""
+    from .codegen.triton_config import SM_COUNT, WIDE_PERSISTENT_MAX_RBLOCK  # it imports this module
+
+    return kernel.xnumel < 2 * SM_COUNT and kernel.rnumel > WIDE_PERSISTENT_MAX_RBLOCK and kernel.can_split()
 
 
 def _first_phase(member: Member, kernel: FusedKernel) -> int:

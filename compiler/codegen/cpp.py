@@ -452,11 +452,9 @@ class CppKernel:
         ranges[R] = max(self.k.rnumel, 1)
         sub = {X: flat}
         memo: dict = {}
-        if self.r_split:
-            d = self.r_split
-            nested = {FloorDiv(R, d): R_OUTER, ModularIndexing(R, 1, d): R_INNER}
-            return ir.map_indices(e, lambda i: simplify_with_ranges(sympy.sympify(i).xreplace(sub), ranges).xreplace(nested), memo)
-        return ir.map_indices(e, lambda i: simplify_with_ranges(sympy.sympify(i).xreplace(sub), ranges), memo)
+        d = self.r_split
+        nested = {FloorDiv(R, d): R_OUTER, ModularIndexing(R, 1, d): R_INNER} if d else {}
+        return ir.map_indices(e, lambda i: simplify_with_ranges(sympy.sympify(i).xreplace(sub), ranges).xreplace(nested), memo)
 
     def _rewrite_index(self, i: sympy.Expr) -> sympy.Expr:
         return self._rewrite(ir.index_value(i)).args[0]
