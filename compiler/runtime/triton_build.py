@@ -178,16 +178,40 @@ def _fast_launcher(ck, meta, cfg, slow, device_index: int, use_c: bool, workspac
     grid = cfg["grid"]
     c = cuda_launcher.load()
     md = ck.metadata
+    ns = dict(slow=slow, workspace=workspace, stream=torch._C._cuda_getCurrentRawStream)
     if use_c and _c_fits(ck):
         threads = md.num_warps * getattr(md, "warp_size", 32)
         lines.append(f"    c_launch(function, {grid}, {threads}, {md.shared}, stream({device_index}), {ptrs})")
+        ns.update(function=_cu_function(ck), c_launch=c.launch)
     else:
         consts = ", ".join(str(v) for v in _constexprs(cfg).values())
         lines.append(f"    run({grid}, 1, 1, stream({device_index}), function, packed, None, None, None, {ptrs}, {consts})")
-    ns = dict(run=ck.run, function=ck.function, packed=ck.packed_metadata, slow=slow, workspace=workspace,
-              c_launch=c.launch if c is not None else None, stream=torch._C._cuda_getCurrentRawStream)
+        ns.update(run=ck.run, function=ck.function, packed=ck.packed_metadata)
     exec(compile("\n".join(lines) + "\n", f"<launcher {ck.name}>", "exec"), ns)
     return ns["launch"]
+
+
+def _cu_function(ck):
+    """The kernel's CUfunction for our C launcher, loaded without Triton's own
+    launcher: that is a C module gcc builds for each new kernel signature (H200:
+    0.21 of the 0.51 s a cold compile of the sin chain took)."""
+    if ck.function is not None:
+        return ck.function
+    f = getattr(ck, "_fusion_function", None)
+    if f is None:
+        from triton.runtime import driver
+        from triton.runtime.errors import OutOfResources
+
+        device = driver.active.get_current_device()
+        shared = driver.active.utils.get_device_properties(device)["max_shared_mem"]
+        if ck.metadata.shared > shared:  # the checks Triton's own load makes
+            raise OutOfResources(ck.metadata.shared, shared, "shared memory")
+        loaded = driver.active.utils.load_binary(ck.name, ck.kernel, ck.metadata.shared, device)
+        threads = ck.metadata.num_warps * getattr(ck.metadata, "warp_size", 32)
+        if len(loaded) > 4 and threads > loaded[4]:
+            raise OutOfResources(threads, loaded[4], "threads")
+        f = ck._fusion_function = loaded[1]
+    return f
 
 
 # kernel needs that only Triton's launcher provides
@@ -292,7 +316,6 @@ def _resolve(name, fn, meta, configs, futures, device, path, tune_path, workspac
                 ck = _compile_one(fn, meta, cfg)
             except Exception as e:
                 raise KernelCompileError(name, f"{type(e).__name__}: {e}", path) from e
-        ck._init_handles()
         compiled.append((cfg, ck))
     index = device.index or 0
 
