@@ -541,3 +541,21 @@ def test_gpu_autotuned_config_is_cached():
     with compiler.capture() as cap:
         torch.compile(lambda x: x.sum(0), backend="fusion")(x)
     assert cap.graphs[0].cache_hits == 1  # the source and the tuned config came from the cache
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device: the compiled launcher needs one")
+def test_gpu_kernels_on_the_c_launcher_build_no_triton_launcher(monkeypatch):
+    """Triton's own launcher is a C module gcc builds per kernel signature (a fifth
+    of a second each, cold): kernels our C launcher runs never ask for one."""
+    from compiler.runtime import cuda_launcher
+    from triton.runtime import driver
+
+    if cuda_launcher.load() is None:
+        pytest.skip("no C compiler for our launcher: Triton's launches every kernel")
+    check(lambda x: x.cos() + 1, rand(1000, device="cuda"))  # the first kernel checks the C launcher against Triton's
+    built = []
+    real = driver.active.launcher_cls
+    monkeypatch.setattr(driver.active, "launcher_cls", lambda *a, **k: built.append(a) or real(*a, **k))
+    check(lambda x, y: ((x * 3.25).sin() - y).relu(), rand(4099, device="cuda"), rand(4099, device="cuda"))
+    check(lambda x: F.layer_norm(x, (777,)), rand(33, 777, device="cuda"), tol=dict(rtol=1e-4, atol=1e-4))
+    assert not built
