@@ -130,7 +130,7 @@ static inline float fusion_expf(float x) {
 // odd polynomial serves both), pi/2 in three parts (Cody-Waite, exact enough for
 // |x| <= FUSION_TRIG_MAX), |r| <= pi/2, sign by q. r^2's rounding error is carried
 // into the polynomial's top term. At most 1.64 ulp (all floats |x| <= 65536),
-// inlined and vectorized: a sin chain's kernel ran 25% faster than with one
+// inlined and vectorized: a sin chain's kernel ran 24% faster than with one
 // polynomial each for sin and cos on |r| <= pi/4, and faster than libmvec's sinf
 // (Zen 4). A kernel using them flags any |x| beyond that range (and NaN, inf) and
 // is run again with libm's sinf and cosf (see the pointwise renderer).

@@ -180,8 +180,7 @@ def _fast_launcher(ck, meta, cfg, slow, device_index: int, use_c: bool, workspac
     md = ck.metadata
     ns = dict(slow=slow, workspace=workspace, stream=torch._C._cuda_getCurrentRawStream)
     if use_c and _c_fits(ck):
-        threads = md.num_warps * getattr(md, "warp_size", 32)
-        lines.append(f"    c_launch(function, {grid}, {threads}, {md.shared}, stream({device_index}), {ptrs})")
+        lines.append(f"    c_launch(function, {grid}, {_threads(md)}, {md.shared}, stream({device_index}), {ptrs})")
         ns.update(function=_cu_function(ck), c_launch=c.launch)
     else:
         consts = ", ".join(str(v) for v in _constexprs(cfg).values())
@@ -189,6 +188,11 @@ def _fast_launcher(ck, meta, cfg, slow, device_index: int, use_c: bool, workspac
         ns.update(run=ck.run, function=ck.function, packed=ck.packed_metadata)
     exec(compile("\n".join(lines) + "\n", f"<launcher {ck.name}>", "exec"), ns)
     return ns["launch"]
+
+
+def _threads(md) -> int:
+    """Threads a program of the compiled kernel runs."""
+    return md.num_warps * getattr(md, "warp_size", 32)
 
 
 def _cu_function(ck):
@@ -207,9 +211,8 @@ def _cu_function(ck):
         if ck.metadata.shared > shared:  # the checks Triton's own load makes
             raise OutOfResources(ck.metadata.shared, shared, "shared memory")
         loaded = driver.active.utils.load_binary(ck.name, ck.kernel, ck.metadata.shared, device)
-        threads = ck.metadata.num_warps * getattr(ck.metadata, "warp_size", 32)
-        if len(loaded) > 4 and threads > loaded[4]:
-            raise OutOfResources(threads, loaded[4], "threads")
+        if len(loaded) > 4 and _threads(ck.metadata) > loaded[4]:
+            raise OutOfResources(_threads(ck.metadata), loaded[4], "threads")
         f = ck._fusion_function = loaded[1]
     return f
 
