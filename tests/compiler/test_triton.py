@@ -229,11 +229,11 @@ def test_long_row_softmax_is_online(device, dtype):
     cap = check(lambda x: (x.softmax(-1), F.log_softmax(x, -1)), x, equal_nan=True)
     src = cap.kernels[0].source
     passes = "for roffset in range(0, "  # each pass: its whole blocks, then the partial last one
-    assert len(cap.kernels) == 1 and src.count(passes) == 2 and src.count("for roffset") == 4
+    assert len(cap.kernels) == 1 and src.count(passes) == 2 and src.count("for roffset") == 6
     first, second = src.split(passes)[1:]
-    for loop in (first, second):  # only the last block of a pass masks r
-        whole, tail = loop.split("for roffset")
-        assert "rindex < rnumel" not in whole and "rindex < rnumel" in tail
+    for loop in (first, second):  # rows not on 16 bytes: only the first and last blocks mask r
+        head, whole, tail = loop.split("for roffset")
+        assert "r0 >= 0" in head and "tl.full([1, RBLOCK], True" in whole and "r0 < rnumel" in tail
     if dtype == torch.float32:  # L2 keeps the row for the second pass, which then lets it go
         assert "evict_last" in first and "evict_first" not in first
         assert "evict_first" in second and "evict_last" not in second
@@ -355,6 +355,27 @@ def test_looped_reductions_long_rows(device):
     assert "for roffset in range" in cap.kernels[0].source
     check(lambda x: (x.sum(-1), x.amax(-1), x.amin(-1, keepdim=True)), x)
     check(lambda x: F.layer_norm(x, (x.shape[1],)), x)
+
+
+@pytest.mark.parametrize("n,dtype", [(4099, torch.float32), (9001, torch.bfloat16), (4100, torch.float32)])
+def test_misaligned_rows_are_read_from_their_16_byte_boundary(n, dtype):
+    """Rows of 4099 floats start on 4-byte boundaries: Triton would read them one
+    element per thread. A looped reduction whose every access along r is the row
+    itself walks each row from the 16-byte boundary before it, so its inner blocks
+    load and store whole 16-byte vectors (checked in the kernel compiled for an
+    H100); the first and last blocks mask the elements of the rows beside it.
+    Seven rows take every shift; 4100 floats are aligned and read as they are."""
+    require_compiler_for_h100()
+    x = rand(7, n, device="cpu", dtype=dtype) * 4
+    kernel = check(lambda x: (x.softmax(-1), F.log_softmax(x, -1)), x).kernels[0]
+    check(lambda x: (x.sum(-1), x.amax(-1), F.layer_norm(x, (n,))), x, tol=dict(rtol=1e-4, atol=1e-3) if dtype == torch.float32 else None)
+    shifted = "rindex + rrow" in kernel.source
+    assert shifted == (n != 4100)
+    whole = kernel.source.split("for roffset")[2 if shifted else 1]  # the first pass's inner blocks
+    vectors = ".v4.b32" in compile_for_h100(kernel.source, kernel.name).asm["ptx"]
+    assert vectors and "tl.full([1, RBLOCK], True" in whole
+    ln = nn.LayerNorm(n).to(dtype)  # a weight along r is read at r0 itself: not shifted
+    assert "rrow" not in check(ln, x).kernels[0].source
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device: the wide persistent form is chosen for GPUs")
