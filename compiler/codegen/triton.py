@@ -99,10 +99,14 @@ class TritonKernel:
         [4096, 12289]: 117 -> 86 us)."""
         if self.rank != 2:
             return None
-        accesses = [(e.args[1], self._itemsize(e.args[0])) for e in triton_config.external_loads(self.k) if not e.args[2]]
-        accesses += [(m.store_index, m.node.buffer.dtype.itemsize) for m in self.k.members if m.stored]
-        aligns = [a for idx, size in accesses if (a := self._alignment(self.simplify(idx), size)) is not None]
+        aligns = [a for idx, size, indirect in self._accesses()
+                  if not indirect and (a := self._alignment(self.simplify(idx), size)) is not None]
         return min(aligns) if aligns and min(aligns) < 16 else None
+
+    def _accesses(self) -> list[tuple[sympy.Expr, int, tuple]]:
+        """(index, itemsize, indirect) of each load from outside the kernel and each store."""
+        out = [(e.args[1], self._itemsize(e.args[0]), e.args[2]) for e in triton_config.external_loads(self.k)]
+        return out + [(m.store_index, m.node.buffer.dtype.itemsize, ()) for m in self.k.members if m.stored]
 
     def _row_shift(self) -> tuple[int, int]:
         """(S, V) when a looped reduction reads and writes rows of S elements that do
@@ -117,10 +121,8 @@ class TritonKernel:
             return 0, 0
         if any(m.role == "reduction" and m.node.buffer.reduction_type in ("argmax", "argmin") for m in self.k.members):
             return 0, 0  # they report positions along r
-        accesses = [(e.args[1], self._itemsize(e.args[0]), e.args[2]) for e in triton_config.external_loads(self.k)]
-        accesses += [(m.store_index, m.node.buffer.dtype.itemsize, ()) for m in self.k.members if m.stored]
         strides, sizes = set(), set()
-        for idx, size, indirect in accesses:
+        for idx, size, indirect in self._accesses():
             idx = sympy.expand(self.simplify(idx))
             if R not in idx.free_symbols:
                 continue
@@ -628,20 +630,20 @@ class TritonKernel:
         self._loop_body(members, online, row_cse, loop, ind)
         step = self._rstep()
         cuda = self.device.type == "cuda"
+        end = "rnumel" if cuda else str(self.rnumel)
+        whole_end = f"rnumel - rnumel % {step}" if cuda else str(self.rnumel - self.rnumel % int(step))
         if self.split > 1:
             ranges = [(f"0, {self.rchunk}", "split * rchunk + roffset", False)]
         elif self.shift:  # a masked first block, whole ones, then the masked rest
-            whole = f"rnumel - rnumel % {step}" if cuda else str(self.rnumel - self.rnumel % int(step))
-            ranges = [(f"0, {step}", "roffset", False), (f"{step}, {whole}", "roffset", True),
-                      (f"{whole}, {'rnumel' if cuda else self.rnumel} + {self.shift - 1}", "roffset", False)]
+            ranges = [(f"0, {step}", "roffset", False), (f"{step}, {whole_end}", "roffset", True),
+                      (f"{whole_end}, {end} + {self.shift - 1}", "roffset", False)]
         elif self.need_mask["r"]:
             # the whole blocks first, unmasked, then the partial last one: masked
             # loads, stores and selects cost every element of a long row (H100,
             # softmax over [2048, 50257]: fp32 413 -> 368 us, bf16 248 -> 236)
-            whole = f"rnumel - rnumel % {step}" if cuda else str(self.rnumel - self.rnumel % int(step))
-            ranges = [(f"0, {whole}", "roffset", True), (f"{whole}, {'rnumel' if cuda else self.rnumel}", "roffset", False)]
+            ranges = [(f"0, {whole_end}", "roffset", True), (f"{whole_end}, {end}", "roffset", False)]
         else:
-            ranges = [(f"0, {'rnumel' if cuda else self.rnumel}", "roffset", False)]
+            ranges = [(f"0, {end}", "roffset", False)]
         for bounds, start, whole in ranges:
             body.append(f"    for roffset in range({bounds}, {step}):")
             self._r_vars(body, ind, start, whole)
