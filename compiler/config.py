@@ -7,6 +7,12 @@ import dataclasses
 import os
 
 
+def _cpus() -> int:
+    """CPUs for this process: those it may run on, shared with its pytest-xdist siblings."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cpus // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+
+
 def _flag(name: str, default: bool) -> bool:
     v = os.environ.get(name)
     return default if v is None else v.strip().lower() not in ("0", "false", "no", "off", "")
@@ -27,6 +33,9 @@ class Config:
     # a graph that Dynamo traced with symbolic sizes compiles for this many shapes;
     # calls with further shapes run it uncompiled (with a warning and a record)
     max_shapes: int = dataclasses.field(default_factory=lambda: int(os.environ.get("FUSION_MAX_SHAPES", "8")))
+    # processes that compile Triton kernels for GPUs beside the threads (0: threads only)
+    compile_workers: int = dataclasses.field(
+        default_factory=lambda: int(os.environ.get("FUSION_COMPILE_WORKERS", min(8, _cpus()))))
     # write each graph's generated wrapper and kernels here (besides the cache)
     debug_dir: str | None = dataclasses.field(default_factory=lambda: os.environ.get("FUSION_DEBUG_DIR"))
 

@@ -13,22 +13,15 @@ def compile_for_h100(source: str, name: str, **config):
     """The rendered kernel compiled for an H100 (sm_90) by Triton's CUDA backend,
     which needs no GPU: `config` gives num_warps and the block sizes (default:
     the kernel's first configuration)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
+    from compiler.runtime.compile_workers import compile_kernel
     from compiler.runtime.triton_build import compile_options, load_module
 
     meta = meta_of(source)
     config = config or meta["configs"][0]
     fn = getattr(load_module(name, source, interpret=False)[0], name)
-    args = meta["args"] + meta["workspace"]
-    signature = {p: "*" + H100_TYPES[a["dtype"]] for p, a in zip(fn.arg_names, args)}
+    dtypes = [a["dtype"] for a in meta["args"] + meta["workspace"]]
     blocks = {k: v for k, v in config.items() if k.endswith("BLOCK")}
-    signature.update({b: "constexpr" for b in blocks})
-    aligned = {(i,): [["tt.divisibility", 16]] for i in range(len(args))}
-    return triton.compile(ASTSource(fn, signature, constexprs=blocks, attrs=aligned),
-                          target=GPUTarget("cuda", 90, 32), options=compile_options(meta, config))
+    return compile_kernel(fn, dtypes, blocks, compile_options(meta, config), ("cuda", 90, 32))
 
 
 def local_memory_accesses(compiled) -> int:
@@ -71,8 +64,6 @@ def require_compiler_for_h100() -> None:
         pytest.skip(reason)
 
 
-H100_TYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64", "bool": "i1",
-              "uint8": "u8", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64"}
 
 
 def compile_interpreted_for_h100(kernels) -> None:

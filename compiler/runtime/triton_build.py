@@ -2,9 +2,10 @@
 
 The kernel module is written to the cache (content hash) and imported. On a GPU
 every launch configuration is compiled before the graph is returned, in a thread
-pool so that a graph's kernels compile together; when there are several, the
-fastest is picked once per shape and machine (timed on scratch inputs) and
-remembered in the cache. The launcher is generated per kernel with the grid,
+pool so that a graph's kernels compile together (each thread hands its compile
+to a worker process once one is ready: runtime/compile_workers.py); when there
+are several, the fastest is picked once per shape and machine (timed on scratch
+inputs) and remembered in the cache. The launcher is generated per kernel with the grid,
 constants and workspace addresses as literals, and calls our C launcher
 (runtime/cuda_launcher.py; Triton's own where that cannot serve): per call it
 only reads the stream and, for graph inputs (which may be views at any address),
@@ -25,8 +26,9 @@ import threading
 
 import torch
 
+from ..config import config
 from ..errors import KernelCompileError
-from . import cuda_launcher
+from . import compile_workers, cuda_launcher
 from .cache import cache_dir, content_hash, valid_entry, write_entry
 
 _modules: dict = {}
@@ -261,22 +263,27 @@ def _scratch_args(meta, device):
     return out
 
 
-def _prepare(fn):
-    """Make Triton's lazily built driver and the kernel's binder here, once,
-    rather than racing for them in the compile threads."""
+def _target() -> tuple:
+    """The GPU kernels are compiled for: (backend, arch, warp size)."""
     from triton.runtime import driver
 
-    device = driver.active.get_current_device()
-    caches = getattr(fn, "device_caches", None)
-    if caches is not None:
-        caches[device]  # a defaultdict: this builds the binder
+    t = driver.active.get_current_target()
+    return (t.backend, t.arch, t.warp_size)
 
 
-def _compile_one(fn, meta, cfg):
-    """Compile one configuration without launching it. Dtypes stand for the
-    tensors (Triton mocks them, 16-byte aligned: the fast path's assumption)."""
-    dtypes = [DTYPES[a["dtype"]] for a in meta["args"] + meta["workspace"]]
-    return fn.warmup(*dtypes, grid=(1,), **compile_options(meta, cfg), **_constexprs(cfg))
+def _compile_one(fn, meta, cfg, path, target, pool):
+    """Compile one configuration without launching it: first in a worker process
+    when one is ready, then here, where Triton finds the worker's kernel in its
+    cache (or, if the worker failed, compiles it and raises its error)."""
+    from triton import knobs
+
+    dtypes = [a["dtype"] for a in meta["args"] + meta["workspace"]]
+    blocks, options = _constexprs(cfg), compile_options(meta, cfg)
+    future = pool.submit(dict(path=str(path), name=fn.__name__, dtypes=dtypes, blocks=blocks, options=options,
+                              cache_dir=knobs.cache.dir)) if pool else None
+    if future is not None:
+        future.result()
+    return compile_workers.compile_kernel(fn, dtypes, blocks, options, target)
 
 
 def _tune_path(path, device) -> "os.PathLike":
@@ -308,7 +315,7 @@ def _time(launch, args, reps_ms: float = 2.0) -> float:
 CHOSEN: dict[str, dict] = {}
 
 
-def _resolve(name, fn, meta, configs, futures, device, path, tune_path, workspace):
+def _resolve(name, fn, meta, configs, futures, device, path, tune_path, workspace, target):
     """Collect the compiled configurations, pick the fastest: (config, launcher, kind)."""
     compiled = []
     for cfg, fut in zip(configs, futures):
@@ -316,7 +323,7 @@ def _resolve(name, fn, meta, configs, futures, device, path, tune_path, workspac
             ck = fut.result()
         except Exception:
             try:  # a compile that failed in a worker thread gets one more try here
-                ck = _compile_one(fn, meta, cfg)
+                ck = _compile_one(fn, meta, cfg, path, target, None)
             except Exception as e:
                 raise KernelCompileError(name, f"{type(e).__name__}: {e}", path) from e
         compiled.append((cfg, ck))
@@ -363,13 +370,14 @@ def build(name: str, source: str, meta: dict):
         chosen = json.loads(tune_path.read_text())
         configs = [chosen]
     hit = hit and (len(meta["configs"]) == 1 or chosen is not None)
-    _prepare(fn)
-    futures = [_executor().submit(_compile_one, fn, meta, cfg) for cfg in configs]
+    target = _target()
+    pool = compile_workers.workers(config.compile_workers, target)
+    futures = [_executor().submit(_compile_one, fn, meta, cfg, path, target, pool) for cfg in configs]
 
     def resolve():
         try:
             with real_tensors():
-                cfg, launch, how = _resolve(name, fn, meta, configs, futures, device, path, tune_path, workspace)
+                cfg, launch, how = _resolve(name, fn, meta, configs, futures, device, path, tune_path, workspace, target)
         except KernelCompileError:
             raise
         except Exception as e:  # our fast path broke on this Triton: its own launch is correct

@@ -6,6 +6,7 @@ on small inputs. With a GPU the same cases run compiled, at odd sizes too."""
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -580,3 +581,74 @@ def test_gpu_kernels_on_the_c_launcher_build_no_triton_launcher(monkeypatch):
     check(lambda x, y: ((x * 3.25).sin() - y).relu(), rand(4099, device="cuda"), rand(4099, device="cuda"))
     check(lambda x: F.layer_norm(x, (777,)), rand(33, 777, device="cuda"), tol=dict(rtol=1e-4, atol=1e-4))
     assert not built
+
+
+def _ready(workers, count: int, timeout_s: float = 120) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while workers.ready < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert workers.ready == count, f"{workers.ready} of {count} compile workers started"
+
+
+def test_compile_workers_fill_the_cache_the_parent_compiles_from(tmp_path, monkeypatch):
+    """Worker processes compile a kernel's configurations for sm_90 into Triton's
+    cache, and the parent's own compile of each finds it there (it adds nothing
+    to the cache: the same key). A job a worker cannot do is answered with why;
+    when the workers die, jobs are still answered and later ones compile in the
+    parent: nothing hangs."""
+    require_compiler_for_h100()
+    from triton import knobs
+
+    from compiler.runtime import compile_workers, triton_build
+
+    kernel = check(lambda x: (x * 1.5).softmax(-1), rand(3, 3001, device="cpu")).kernels[0]
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    meta = meta_of(kernel.source)
+    fn = getattr(triton_build.load_module(kernel.name, kernel.source, interpret=False)[0], kernel.name)
+    dtypes = [a["dtype"] for a in meta["args"]]
+    blocks = {b: min(v, 64) for b, v in meta["configs"][0].items() if b.endswith("BLOCK")}
+    path = triton_build.load_module(kernel.name, kernel.source, interpret=False)[1]
+
+    def job(warps, name=kernel.name):
+        return dict(path=str(path), name=name, dtypes=dtypes, blocks=blocks, options=dict(num_warps=warps, enable_fp_fusion=True),
+                    cache_dir=knobs.cache.dir)
+
+    workers = compile_workers.Workers(2, ("cuda", 90, 32))
+    try:
+        _ready(workers, 2)
+        assert [f.result(timeout=300) for f in [workers.submit(job(w)) for w in (2, 4)]] == [None, None]
+        cached = sorted(os.listdir(tmp_path / "triton"))
+        assert len(cached) >= 2
+        for warps in (2, 4):
+            ck = compile_workers.compile_kernel(fn, dtypes, blocks, dict(num_warps=warps, enable_fp_fusion=True), ("cuda", 90, 32))
+            assert ck.metadata.num_warps == warps
+        assert sorted(os.listdir(tmp_path / "triton")) == cached
+        assert "no_such_kernel" in workers.submit(job(4, name="no_such_kernel")).result(timeout=60)
+        assert (workers.compiled, workers.failed) == (2, 1)
+        for proc in workers.processes:
+            proc.kill()
+        answers = []
+        while (future := workers.submit(job(8))) is not None and len(answers) < 10:
+            answers.append(future.result(timeout=60))
+        assert answers and all(isinstance(a, str) for a in answers) and workers.ready == 0
+    finally:
+        for proc in workers.processes:
+            proc.kill()
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device: kernels compile in workers for a GPU")
+def test_gpu_kernels_compile_in_worker_processes():
+    """Once the workers are up, every configuration of a GPU kernel is compiled by
+    one of them, and the kernel computes eager's result."""
+    from compiler.runtime import compile_workers
+
+    from compiler.runtime.triton_build import _target
+
+    workers = compile_workers.workers(max(config.compile_workers, 1), _target())
+    _ready(workers, max(config.compile_workers, 1))
+    before = workers.compiled, workers.failed
+    cap = check(lambda x: (x.exp() * 0.75).softmax(-1), rand(4096, 2049, device="cuda"))
+    configs = sum(len(meta_of(k.source)["configs"]) for k in cap.kernels)
+    assert (workers.compiled - before[0], workers.failed - before[1]) == (configs, 0)
