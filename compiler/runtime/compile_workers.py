@@ -98,12 +98,6 @@ class Workers:
             self._jobs.put((job, future))
             return future
 
-    def close(self) -> None:
-        """End the workers (each exits when its stdin closes)."""
-        for proc in self.processes:
-            proc.stdin.close()
-            proc.wait(timeout=30)
-
     def _serve(self) -> None:
         """Start one worker and feed it jobs until it or the parent goes."""
         import subprocess
@@ -148,10 +142,22 @@ class Workers:
 _workers: Workers | None = None
 
 
+def _forget() -> None:
+    """A forked child has the parent's Workers but not its threads or pipes."""
+    global _workers
+    _workers = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget)
+
+
 def workers(count: int, target: tuple) -> Workers | None:
     """The process's workers for `target`, started by the first call (None when count is 0)."""
     global _workers
-    if _workers is None and count > 0:
+    if count <= 0:
+        return None
+    if _workers is None:
         _workers = Workers(count, target)
     return _workers
 

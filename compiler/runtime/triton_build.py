@@ -33,6 +33,7 @@ from .cache import cache_dir, content_hash, valid_entry, write_entry
 
 _modules: dict = {}
 _lock = threading.Lock()
+WORKER_TIMEOUT_S = 300  # longer than any kernel has taken to compile
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 
 DTYPES = {str(d).replace("torch.", ""): d for d in (
@@ -282,7 +283,10 @@ def _compile_one(fn, meta, cfg, path, target, pool):
     future = pool.submit(dict(path=str(path), name=fn.__name__, dtypes=dtypes, blocks=blocks, options=options,
                               cache_dir=knobs.cache.dir)) if pool else None
     if future is not None:
-        future.result()
+        try:
+            future.result(timeout=WORKER_TIMEOUT_S)
+        except concurrent.futures.TimeoutError:
+            pass  # a stuck worker: compile it here
     return compile_workers.compile_kernel(fn, dtypes, blocks, options, target)
 
 
