@@ -492,7 +492,7 @@ def environment(device, bw) -> dict:
 
 
 def warm_up(device, backends):
-    """One-time process costs (imports, Inductor's compile workers, Triton's
+    """One-time process costs (imports, the compile worker processes of Inductor and ours, Triton's
     driver and libdevice, our launcher) stay out of the cold compile times."""
     torch.manual_seed(1)
     m = nn.Sequential(nn.Linear(48, 64), nn.GELU(), nn.LayerNorm(64)).to(device)
