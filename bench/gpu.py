@@ -53,7 +53,6 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import compiler  # noqa: E402
-from compiler.runtime import triton_build  # noqa: E402
 
 FLUSH_MIN_BYTES = 8 << 20
 SLEEP_CYCLES = 400_000  # about 0.2 ms at 2 GHz: more than any call's host-side work
@@ -334,6 +333,7 @@ def measure(w: Workload, device, timer: Timer, bw: float, quick: bool, smoke: bo
             if name == "ours":
                 cap_ctx.__exit__(None, None, None)
                 row["our_kernels"] = [k.name for k in cap.kernels]
+                row["our_launches"] = [k.launch for k in cap.kernels]  # configurations, candidates timed
                 row["our_externs"] = len(cap.externs) + len(cap.fallbacks)
                 row["graphs"] = len(cap.graphs)
                 row["graph_breaks"] = cap.graph_breaks
@@ -372,7 +372,6 @@ def measure(w: Workload, device, timer: Timer, bw: float, quick: bool, smoke: bo
             row[f"launches_{k}"], row[f"kernels_{k}"] = launches, kernels
             row[f"kernel_us_{k}"] = us
             row[f"loop_us_{k}"] = loop_us(backends[k], args, timer, row[f"ms_{k}"])
-        row["our_configs"] = {n: triton_build.CHOSEN.get(n) for n in row.get("our_kernels", [])}
     row["rounds"] = rounds
     row["flushed"] = flush
     row["x_eager"] = row["ms_eager"] / row["ms_ours"]

@@ -83,6 +83,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str = "inferen
 
     if hasattr(backend, "wait"):  # kernels compile concurrently: finish before returning
         backend.wait(launchers.values())
+    for k in kernels:
+        k.launch = getattr(launchers[k.name], "info", None)
     wrapper = WrapperCode(graph, sched, backend.launch_code, in_place=backend.ALIASED_POINTERS_OK)
     wrapper_src = wrapper.generate()
     ns = dict(wrapper.ns)

@@ -23,6 +23,11 @@ class KernelRecord:
     source: str
     source_path: str | None  # where the source is on disk (cache entry)
     split_reason: str = ""  # why this kernel did not fuse with the one before it
+    # Triton: how it is launched. {"config": block sizes, num_warps, grid; "launcher":
+    # "c" | "triton" | "jit" | "interpreter"; "timed": [[config, us], ...] the
+    # candidates timed on this machine (empty: one candidate); "tuned_earlier": the
+    # choice came from the cache}. None for C++ kernels
+    launch: dict | None = None
 
     @property
     def bytes_total(self) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .units import format_ms, format_size, plural
+from .units import format_ms, format_size, launch_summary, plural
 
 
 @dataclasses.dataclass
@@ -182,6 +182,8 @@ def section(verdict: Verdict | None, graphs: list, metrics: dict) -> str:
                 f"  {k.name}: {k.kind}, {k.numel}x{k.rnumel}, fuses {', '.join(k.aten_ops) or '-'}"
                 f" ({', '.join(k.aten_nodes)}), reads {format_size(k.bytes_read)}, writes {format_size(k.bytes_written)}"
             )
+            if k.launch:
+                lines.append(f"    launch: {launch_summary(k.launch)}")
             if k.split_reason:
                 lines.append(f"    not fused with the kernel before: {k.split_reason}")
         for c in g.externs + g.fallbacks:

@@ -119,11 +119,13 @@ class InterpretedLibdevice:
 
 class TritonLauncher:
     """What the wrapper calls: `name.run(*tensors)`. Until the kernel is
-    compiled, `run` waits for it and then replaces itself with the fast path."""
+    compiled, `run` waits for it and then replaces itself with the fast path.
+    `info` says how it launches (KernelRecord.launch), once it has waited."""
 
-    def __init__(self, name: str, resolve):
+    def __init__(self, name: str, resolve, info: dict | None = None):
         self.name = name
         self._resolve = resolve
+        self.info = info
 
     def run(self, *args):
         self.wait()
@@ -315,12 +317,9 @@ def _time(launch, args, reps_ms: float = 2.0) -> float:
     return start.elapsed_time(end) / n
 
 
-# kernel name -> the configuration and launcher it runs with (for reports and benchmarks)
-CHOSEN: dict[str, dict] = {}
-
-
 def _resolve(name, fn, meta, configs, futures, device, path, tune_path, workspace, target):
-    """Collect the compiled configurations, pick the fastest: (config, launcher, kind)."""
+    """Collect the compiled configurations, pick the fastest: (config, launcher,
+    kind, [[config, us] of each candidate timed])."""
     compiled = []
     for cfg, fut in zip(configs, futures):
         try:
@@ -342,12 +341,12 @@ def _resolve(name, fn, meta, configs, futures, device, path, tune_path, workspac
     launchers = [(cfg, fast(cfg, ck, True)) for cfg, ck in compiled]
     how = "c" if _c_fits(compiled[0][1]) else "triton"
     if len(launchers) == 1:
-        return launchers[0][0], launchers[0][1], how
+        return launchers[0][0], launchers[0][1], how, []
     args = _scratch_args(meta, device)
     timed = sorted((_time(launch, args), i) for i, (cfg, launch) in enumerate(launchers))
     best_cfg, best = launchers[timed[0][1]]
     write_entry(tune_path, json.dumps(best_cfg).encode())
-    return best_cfg, best, how
+    return best_cfg, best, how, [[launchers[i][0], round(ms * 1e3, 2)] for ms, i in timed]
 
 
 def build(name: str, source: str, meta: dict):
@@ -365,7 +364,7 @@ def build(name: str, source: str, meta: dict):
         workspace = [torch.zeros(w["numel"], dtype=DTYPES[w["dtype"]], device=device) for w in meta["workspace"]]
     if interpret:
         launch = _jit_launcher(fn, meta, configs[0], True, workspace)
-        launcher = TritonLauncher(name, lambda: launch)
+        launcher = TritonLauncher(name, lambda: launch, _info(configs[0], "interpreter"))
         launcher.wait()
         return launcher, path, hit
     tune_path = _tune_path(path, device)
@@ -381,16 +380,22 @@ def build(name: str, source: str, meta: dict):
     def resolve():
         try:
             with real_tensors():
-                cfg, launch, how = _resolve(name, fn, meta, configs, futures, device, path, tune_path, workspace, target)
+                cfg, launch, how, timed = _resolve(name, fn, meta, configs, futures, device, path, tune_path, workspace, target)
         except KernelCompileError:
             raise
         except Exception as e:  # our fast path broke on this Triton: its own launch is correct
             print(f"pytest-fusion: {name}: plain Triton launch ({type(e).__name__}: {str(e)[:300]})", file=sys.stderr)
-            cfg, launch, how = configs[0], _jit_launcher(fn, meta, configs[0], False, workspace), "jit"
-        CHOSEN[name] = dict(cfg, launcher=how)
+            cfg, launch, how, timed = configs[0], _jit_launcher(fn, meta, configs[0], False, workspace), "jit", []
+        launcher.info = _info(cfg, how, timed, tuned_earlier=chosen is not None)
         return launch
 
-    return TritonLauncher(name, resolve), path, hit
+    launcher = TritonLauncher(name, resolve)
+    return launcher, path, hit
+
+
+def _info(cfg: dict, how: str, timed: list = (), tuned_earlier: bool = False) -> dict:
+    """KernelRecord.launch."""
+    return dict(config=cfg, launcher=how, timed=list(timed), tuned_earlier=tuned_earlier)
 
 
 def real_tensors():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+from ..units import launch_summary
 from . import svg
 from .highlight import highlight
 from .merge import device_class_of
@@ -148,6 +149,7 @@ def _graph_view(g: dict, colors: dict[str, str], uid: str) -> dict:
         kernels.append(dict(k, color=colors[k["name"]], language=lang, body_html=highlight(body, lang),
                             preamble_html=highlight(preamble, lang) if preamble else None,
                             preamble_lines=len(preamble.splitlines()), bytes_total=k["bytes_read"] + k["bytes_written"],
+                            launch_text=launch_summary(k.get("launch")),
                             shape=f"{k.get('numel', 0):,}" + (f" × {k['rnumel']:,}" if k.get("rnumel", 1) > 1 else "")))
     calls = [dict(c, color=svg.EXTERN if c["kind"] == "extern" else svg.FALLBACK)
              for c in g["externs"] + g["fallbacks"]]

@@ -87,6 +87,21 @@ def test_failure_section_shows_kernels_ops_and_split_reason(run):
     ])
 
 
+def test_failure_section_says_how_triton_kernels_launch(run, monkeypatch):
+    """A Triton kernel's line in the failure section is followed by its launch
+    configuration (here Triton under the interpreter, with its one configuration)."""
+    pytest.importorskip("triton")
+    from compiler import config
+
+    monkeypatch.setattr(config, "cpu_target", "triton")
+    result = run(one("expect_kernels(0)"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "  triton_poi_fused_add_mul_sin_0: pointwise, 1001x1, fuses *",
+        "    launch: XBLOCK=1024 num_warps=1, 1 program; Triton's interpreter",
+    ])
+
+
 def test_graph_break_failure_names_the_reason(results, run):
     src = """
 import pytest, torch
