@@ -5,8 +5,8 @@ every launch configuration is compiled before the graph is returned, in a thread
 pool so that a graph's kernels compile together (each thread hands its compile
 to a worker process once one is ready: runtime/compile_workers.py); when there
 are several, the fastest is picked once per shape and machine (timed on scratch
-inputs) and remembered in the cache. The launcher is generated per kernel with the grid,
-constants and workspace addresses as literals, and calls our C launcher
+inputs) and remembered in the cache. The launcher is generated per kernel with
+the grid, constants and workspace addresses as literals, and calls our C launcher
 (runtime/cuda_launcher.py; Triton's own where that cannot serve): per call it
 only reads the stream and, for graph inputs (which may be views at any address),
 checks 16-byte alignment, falling back to a plain Triton launch when one is not.
@@ -33,8 +33,8 @@ from .cache import cache_dir, content_hash, valid_entry, write_entry
 
 _modules: dict = {}
 _lock = threading.Lock()
-WORKER_TIMEOUT_S = 300  # longer than any kernel has taken to compile
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
+WORKER_TIMEOUT_S = 300  # longer than any kernel has taken to compile
 
 DTYPES = {str(d).replace("torch.", ""): d for d in (
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
