@@ -72,4 +72,3 @@ def launch_summary(launch: dict | None) -> str:
         text += "; chosen by an earlier run's timing (cache)"
     how = {"interpreter": "Triton's interpreter", "jit": "plain Triton launch: the fast path failed"}.get(launch.get("launcher"))
     return text + (f"; {how}" if how else "")
-

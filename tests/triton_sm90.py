@@ -64,8 +64,6 @@ def require_compiler_for_h100() -> None:
         pytest.skip(reason)
 
 
-
-
 def compile_interpreted_for_h100(kernels) -> None:
     """Compile each Triton kernel for sm_90, with blocks of at most 64 (the CPU's
     large ones take seconds each to compile); nothing where Triton cannot."""

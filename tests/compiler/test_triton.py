@@ -635,14 +635,16 @@ def test_compile_workers_fill_the_cache_the_parent_compiles_from(tmp_path, monke
     kernel = check(lambda x: (x * 1.5).softmax(-1), rand(3, 3001, device="cpu")).kernels[0]
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     meta = meta_of(kernel.source)
-    fn = getattr(triton_build.load_module(kernel.name, kernel.source, interpret=False)[0], kernel.name)
+    module, path, _ = triton_build.load_module(kernel.name, kernel.source, interpret=False)
+    fn = getattr(module, kernel.name)
     dtypes = [a["dtype"] for a in meta["args"]]
     blocks = {b: min(v, 64) for b, v in meta["configs"][0].items() if b.endswith("BLOCK")}
-    path = triton_build.load_module(kernel.name, kernel.source, interpret=False)[1]
+
+    def options(warps):
+        return dict(num_warps=warps, enable_fp_fusion=True)
 
     def job(warps, name=kernel.name):
-        return dict(path=str(path), name=name, dtypes=dtypes, blocks=blocks, options=dict(num_warps=warps, enable_fp_fusion=True),
-                    cache_dir=knobs.cache.dir)
+        return dict(path=str(path), name=name, dtypes=dtypes, blocks=blocks, options=options(warps), cache_dir=knobs.cache.dir)
 
     workers = compile_workers.Workers(2, ("cuda", 90, 32))
     try:
@@ -651,7 +653,7 @@ def test_compile_workers_fill_the_cache_the_parent_compiles_from(tmp_path, monke
         cached = sorted(os.listdir(tmp_path / "triton"))
         assert len(cached) >= 2
         for warps in (2, 4):
-            ck = compile_workers.compile_kernel(fn, dtypes, blocks, dict(num_warps=warps, enable_fp_fusion=True), ("cuda", 90, 32))
+            ck = compile_workers.compile_kernel(fn, dtypes, blocks, options(warps), ("cuda", 90, 32))
             assert ck.metadata.num_warps == warps
         assert sorted(os.listdir(tmp_path / "triton")) == cached
         assert "no_such_kernel" in workers.submit(job(4, name="no_such_kernel")).result(timeout=60)
