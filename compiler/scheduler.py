@@ -344,7 +344,7 @@ class Scheduler:
                 return None, f"a per-row value cannot depend on the whole row {name}"
             phase = max(phase, _phase_after(producer, member, kernel))
         member.phase = phase
-        if member.role == "full" and phase >= 2 and _splits_rows_alone(kernel):
+        if member.role == "full" and phase >= 2 and _splits_rows_alone(kernel, self.graph.device):
             return None, (f"{kernel.xnumel} rows of {kernel.rnumel}: alone, the reduction splits its rows "
                           "across programs; a per-element consumer would make every row one program")
         # a mutation's target may be read in this kernel only at the index it writes
@@ -373,14 +373,17 @@ class Scheduler:
                     m.stored = True
 
 
-def _splits_rows_alone(kernel: FusedKernel) -> bool:
-    """Whether the GPU planner splits this reduction's rows across programs: few
-    rows (under two programs an SM), each longer than a program holds in registers.
+def _splits_rows_alone(kernel: FusedKernel, device) -> bool:
+    """Whether the planner splits this reduction's rows across programs: few rows
+    (under two programs an SM), each longer than a program holds in registers.
     A per-element consumer fused in would make every row one program (128 rows on
     128 of 132 SMs); with more or shorter rows, a consumer that reads the rows
-    again in the same kernel finds them in cache (group_norm: one kernel)."""
-    from .codegen.triton_config import SM_COUNT, WIDE_PERSISTENT_MAX_RBLOCK  # it imports this module
+    again in the same kernel finds them in cache (group_norm: one kernel). On a
+    GPU, rows few enough split cooperatively with it (triton_config)."""
+    from .codegen.triton_config import SM_COUNT, WIDE_PERSISTENT_MAX_RBLOCK, cooperative_rows  # it imports this module
 
+    if device.type == "cuda" and cooperative_rows(kernel.xnumel, kernel.rnumel):
+        return False
     return kernel.xnumel < 2 * SM_COUNT and kernel.rnumel > WIDE_PERSISTENT_MAX_RBLOCK and kernel.can_split()
 
 

@@ -10,7 +10,9 @@ How the kernel maps onto programs comes from triton_config.plan:
   makes. Looped: one pass over r per phase, like the C++ backend. Split: a
   looped reduction over few rows spread over several programs per row; each
   stores its partial result, the last to finish (an atomic counter) combines
-  them in a fixed order and runs the per-row epilogue."""
+  them in a fixed order and runs the per-row epilogue. Cooperative: a handful
+  of long rows read more than once, each slice of a row held in registers by
+  its own program; the row's programs meet at a barrier after each reduction."""
 from __future__ import annotations
 
 import math
@@ -52,9 +54,12 @@ class TritonKernel:
         self.buffers = buffers
         self.args = kernel_args(kernel)
         self.members = {m.node.name: m for m in kernel.members}
+        self.alias = self._same_reductions()  # reduction -> an earlier one computing the same
         self.device = self._device()
         itemsize = max((buffers[n].dtype.itemsize for n in self.args.all() if n in buffers), default=4)
-        self.plan = triton_config.plan(kernel, self.device, itemsize)
+        self.int64 = kernel.xnumel * max(kernel.rnumel, 1) > INT32_LIMIT or any(
+            self.buffers[n].numel > INT32_LIMIT for n in self.args.all() if n in self.buffers)
+        self.plan = triton_config.plan(kernel, self.device, itemsize, self.int64)
         self.reduction = self.plan.reduction
         self.tiled = self.plan.tile is not None
         self.split = self.plan.split
@@ -81,21 +86,24 @@ class TritonKernel:
             "x": any(numels[0] % c[self.blocks[0]] for c in cfgs),
             "r": self.rank == 2 and any(numels[1] % (c[self.blocks[1]] * self.split) for c in cfgs),
         }
-        self.int64 = self.xnumel * self.rnumel > INT32_LIMIT or any(
-            self.buffers[n].numel > INT32_LIMIT for n in self.args.all() if n in self.buffers)
-        self.workspace = self._workspace()
         self.row_align = self._row_alignment()
         self.row_stride, self.shift = self._row_shift()
         if self.shift:
             self.need_mask["r"] = True  # the first and last blocks of a row
             short = [c for c in self.plan.configs if c["RBLOCK"] <= SHIFTED_MULTIPASS_MAX_RBLOCK]
-            if self.k.loops > 1 and short:
+            if self.k.loops > 1 and short and not self.plan.coop:
                 self.plan.configs = short
+        if self.plan.coop:  # a shifted row's slices start up to shift - 1 elements early
+            self.row_pad = max(self.shift - 1, 0)
+            for c in self.plan.configs:
+                c["grid"] = self.xnumel * triton_config.coop_slices(self.rnumel, c["RBLOCK"], self.row_pad)
+            self.coop_reds = [m for m in kernel.members if m.role == "reduction" and m.node.name not in self.alias]
+            self.barriers = len({m.phase for m in self.coop_reds})
+        self.workspace = self._workspace()
         self.helpers: set[str] = set()
         self.rounds_in_registers = False  # a value rounded to 16 bits, then computed on
         self.tmp = 0
         self.regs: dict[str, Value] = {}  # member name -> value held in registers
-        self.alias = self._same_reductions()  # reduction -> an earlier one computing the same
 
     def _row_alignment(self) -> int | None:
         """Bytes to which all of a 2-D kernel's accesses along the inner block dim are
@@ -182,7 +190,15 @@ class TritonKernel:
     def _workspace(self) -> list[dict]:
         """Split reductions: one partial result per row and split for each
         reduction, and a counter per block of rows (zeroed once, reset by its
-        last program). The kernel owns it: one launch of a kernel at a time."""
+        last program). Cooperative ones: a partial per row and slice for each
+        reduction; per row a counter for each barrier and one of programs done,
+        and the ticket counter. The kernel owns it: one launch at a time."""
+        if self.plan.coop:
+            slices = max(triton_config.coop_slices(self.rnumel, c["RBLOCK"], self.row_pad) for c in self.plan.configs)
+            self.coop_max_slices = slices
+            out = [dict(name=f"ws_ptr{i}", dtype=str(m.value.dtype).replace("torch.", ""), numel=self.xnumel * slices)
+                   for i, m in enumerate(self.coop_reds)]
+            return out + [dict(name="sem_ptr", dtype="int32", numel=self.xnumel * (self.barriers + 1) + 1)]
         if self.split == 1:
             return []
         reds = [m for m in self.k.members if m.role == "reduction"]
@@ -320,7 +336,14 @@ class TritonKernel:
         ptr = f"{self.args.ptr(name)} + ({code})"
         if self.row_align and not indirect and (self._alignment(idx, self._itemsize(name)) or 0) > self.row_align:
             ptr = f"tl.multiple_of({ptr}, [1, {self.row_align}])"  # the rows' layout: see _row_alignment
+        if self._edge_only(axes, mask):
+            self.helpers.add("_load_edge")
+            return Value(f"_load_edge({ptr}, {mask}, edge)", axes)
         return Value(f"tl.load({ptr}{m})", axes)
+
+    def _edge_only(self, axes, mask) -> bool:
+        """A cooperative kernel over shifted rows masks only its edge slices."""
+        return bool(self.plan.coop and self.shift and mask and "r" in axes)
 
     def _index_code(self, idx: sympy.Expr, indirect: dict | None = None) -> str:
         if self.shift and R in idx.free_symbols:  # r0 + S * x0, from the row's 16-byte boundary
@@ -341,9 +364,15 @@ class TritonKernel:
             axes = {"x"}
         code = self.convert(self.full(v, axes, m.value.dtype), m.value.dtype, buf.dtype)
         mask = self.mask(axes)
+        if self.plan.coop and "r" not in axes:  # a row's value: stored by its first slice
+            mask = "split == 0"
         where = self._index_code(idx)
         if self.index_axes(idx, {}) != frozenset(axes):  # the pointers must cover the whole block
             where = f"{where} + tl.full({self.shape(axes)}, 0, tl.int32)"
+        if self._edge_only(axes, mask):
+            self.helpers.add("_store_edge")
+            out.append(f"{indent}_store_edge({self.args.ptr(buf.storage_name)} + ({where}), {code}, {mask}, edge)")
+            return
         out.append(f"{indent}tl.store({self.args.ptr(buf.storage_name)} + ({where}), {code}{', ' + mask if mask else ''})")
 
     def _member(self, m: Member, cse: dict, body: list[str], indent: str):
@@ -491,6 +520,8 @@ class TritonKernel:
                 "    split = pid % nsplit",
                 f"    rchunk = {rchunk}",
             ]
+        elif self.plan.coop:
+            body += self._coop_ticket()
         else:
             body.append(f"    xindex = {self._pid()} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
         if self.need_mask["x"]:
@@ -499,6 +530,9 @@ class TritonKernel:
         if self.shift:  # rows from their 16-byte boundary: see _row_shift
             s, v = self.row_stride, self.shift
             body += [f"    rrow = (x0 * {s} // {v}) * {v}", f"    rshift = x0 * {s} - rrow"]
+        if self.plan.coop:
+            self._render_coop(body)
+            return
         if self.plan.persistent:
             self._r_vars(body, "    ", None)
             cse: dict = {}
@@ -757,6 +791,78 @@ class TritonKernel:
                 elif phase > 0:
                     self._member(m, cse, body, ind)
         body.append(f"{ind}tl.atomic_xchg(sem_ptr + pid // nsplit, 0)  # ready for the next launch")
+
+    # -- cooperative rows ------------------------------------------------------------------------
+    def _coop_ticket(self) -> list[str]:
+        """Which slice of which row this program holds. Programs number their slices
+        by tickets taken in the order they start, not by program id: a program then
+        waits at a barrier only for programs that run or will run next, whatever
+        order the GPU starts them in."""
+        ticket = self.xnumel * (self.barriers + 1)
+        return [
+            f"    nsplit = (rnumel + {self.row_pad} + RBLOCK - 1) // RBLOCK",
+            f"    ticket = tl.atomic_add(sem_ptr + {ticket}, 1)",
+            "    if ticket == tl.num_programs(0) - 1:",
+            f"        tl.atomic_xchg(sem_ptr + {ticket}, 0)  # every ticket taken: ready for the next launch",
+            "    row = ticket // nsplit",
+            "    split = ticket % nsplit",
+            "    xindex = row + tl.zeros([XBLOCK, 1], tl.int32)",
+        ]
+
+    def _render_coop(self, body: list[str]):
+        """Each program holds slice `split` of row `row` in registers. After the
+        reductions of a phase, it stores its partial results, counts itself in at
+        the phase's barrier and waits for the row's other slices; every slice then
+        combines all partials in the same order, and computes on."""
+        nb = self.barriers + 1
+        self._r_vars(body, "    ", "split * RBLOCK")
+        if self.shift:  # does this slice hold the row's first or last element?
+            s, v = self.row_stride, self.shift
+            body.append(f"    edge = (split == 0) | ((split + 1) * RBLOCK > rnumel + row * {s} % {v})")
+        body.append(f"    sindex = tl.arange(0, {triton_config.pow2(self.coop_max_slices)})[None, :]")
+        body.append("    smask = sindex < nsplit")
+        index = {m.node.name: i for i, m in enumerate(self.coop_reds)}
+        cse: dict = {}
+        barrier = 0
+        for _, members in member_order(self.k):
+            reds = []
+            for m in members:
+                if m.role != "reduction" or m.node.name in self.alias:
+                    if m.role != "reduction":
+                        self._member(m, cse, body, "    ")
+                    continue
+                v = self.emit(m.value, cse, body, "    ")
+                part = self._final(m.node.buffer.reduction_type, self._masked(m, v), positional=False)
+                body.append(f"    tl.store(ws_ptr{index[m.node.name]} + (x0 * {self.coop_max_slices} + split), {part})")
+                reds.append(m)
+            if not reds:
+                continue
+            counter = f"sem_ptr + (row * {nb} + {barrier})"
+            body += [
+                "    tl.debug_barrier()  # every thread's partials are stored before the count",
+                f"    tl.atomic_add({counter}, 1)",
+                # one thread of the program polls (every thread polling with plain
+                # volatile loads ran twice as slow on an H200)
+                f"    while tl.atomic_add({counter}, 0) < nsplit:",
+                "        pass",
+            ]
+            barrier += 1
+            for m in reds:
+                rt, t = m.node.buffer.reduction_type, m.value.dtype
+                init, acc = REDUCTION_INIT[rt](t), f"acc_{m.node.name}"
+                body.append(f"    {acc}_p = tl.load(ws_ptr{index[m.node.name]} + (x0 * {self.coop_max_slices} + sindex), "
+                            f"smask, other={init}, cache_modifier='.cg')")
+                body.append(f"    {acc} = {self._final(rt, f'tl.where(smask, {acc}_p, {init})', positional=False)}")
+                self.regs[m.node.name] = Value(acc, frozenset({"x"}))
+                self.store(m, self.regs[m.node.name], body, "    ")
+            for m in members:
+                if m.node.name in self.alias:
+                    self.regs[m.node.name] = self.regs[self.alias[m.node.name]]
+                    self.store(m, self.regs[m.node.name], body, "    ")
+        body += [  # the last slice out resets the row's counters for the next launch
+            f"    if tl.atomic_add(sem_ptr + (row * {nb} + {nb - 1}), 1) == nsplit - 1:",
+            *(f"        tl.atomic_xchg(sem_ptr + (row * {nb} + {b}), 0)" for b in range(nb)),
+        ]
 
 
 def render(kernel: FusedKernel, name: str, buffers: dict) -> str:

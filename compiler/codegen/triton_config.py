@@ -5,7 +5,11 @@
   transpose): Triton then reads and writes both coalesced, through shared memory;
 - reductions: persistent (a block holds whole rows) when rows are short, looped
   otherwise; a looped reduction over few rows is split across several programs
-  per row, the last one to finish combining their partial results.
+  per row, the last one to finish combining their partial results. On a GPU, a
+  handful of very long rows read more than once (softmax over a vocabulary,
+  layer_norm, group_norm) are cooperative: each split over programs that hold
+  their slice in registers and meet at a barrier after each reduction, so the
+  rows are read from memory once.
 
 Programs move about 32-64 bytes per thread and per access, and there are
 enough of them to fill the GPU twice where the sizes allow."""
@@ -17,7 +21,7 @@ import sympy
 import torch
 
 from ..index import FloorDiv, ModularIndexing, simplify_with_ranges, symbol
-from ..scheduler import R, X, FusedKernel
+from ..scheduler import REDUCTIONS_THAT_SPLIT, R, X, FusedKernel
 
 SM_COUNT = 132  # H100 / H200
 AUTOTUNE_MIN_ELEMENTS = 1 << 22  # smaller kernels run their first guess
@@ -40,6 +44,10 @@ MULTIPASS_STEP_BYTES = 32 << 10
 SPLIT_MIN_ITERATIONS = 4
 SPLIT_WARPS_PER_SM = 32  # of the 64 an H100 SM holds
 TILE_MIN = 16  # both dims of a 2-D tile at least this long
+# a cooperative program's first-guess slice of its row
+COOP_SLICE_BYTES = 16 << 10
+COOP_MAX_ROWS = 8
+COOP_MIN_RNUMEL = 1 << 16
 Y = symbol("y0")
 
 
@@ -57,10 +65,12 @@ class Plan:
     persistent: bool = False
     tile: int | None = None  # pointwise 2-D: the flat x0 is tile * y0 + x0
     split: int = 1  # reductions: programs per block of rows
+    coop: bool = False  # reductions: a row's programs meet at barriers (see the module doc)
     configs: list = dataclasses.field(default_factory=list)
 
 
-def plan(kernel: FusedKernel, device: torch.device, itemsize: int) -> Plan:
+def plan(kernel: FusedKernel, device: torch.device, itemsize: int, int64: bool = False) -> Plan:
+    """`int64`: the kernel indexes with 64-bit integers (no cooperative form)."""
     gpu = device.type == "cuda"
     reduction = any(m.role == "reduction" for m in kernel.members)
     xn = kernel.xnumel
@@ -82,6 +92,10 @@ def plan(kernel: FusedKernel, device: torch.device, itemsize: int) -> Plan:
     p = Plan(True, persistent=persistent)
     if p.persistent:
         p.configs = _persistent_configs(xn, rblock, inner, gpu, itemsize)
+        return p
+    if gpu and inner and kernel.loops > 1 and not int64 and cooperative_rows(xn, rn) and cooperates(kernel):
+        p.coop = True
+        p.configs = [dict(c, grid=xn * coop_slices(rn, c["RBLOCK"])) for c in _coop_configs(xn, rn, itemsize)]
         return p
     splittable = kernel.can_split()
     configs = _looped_configs(xn, rn, inner, gpu, itemsize, wide=splittable, passes=kernel.loops)
@@ -235,6 +249,43 @@ def _persistent_config(xn: int, rblock: int, inner: bool, gpu: bool, itemsize: i
         xb = _fill(xn, max(1, min(pow2(xn), 4096 // rblock, 1024)), 8)
         warps = _warps(xb * rblock, itemsize, hi=8)
     return dict(XBLOCK=xb, RBLOCK=rblock, num_warps=warps, num_stages=1, grid=cdiv(xn, xb))
+
+
+def cooperates(kernel: FusedKernel) -> bool:
+    """Whether every reduction of the kernel can combine partial results over a
+    row's slices (not argmax: positions would need the slices' offsets)."""
+    return all(m.node.buffer.reduction_type in REDUCTIONS_THAT_SPLIT for m in kernel.members if m.role == "reduction")
+
+
+def cooperative_rows(xn: int, rn: int) -> bool:
+    """A handful of very long rows: otherwise a program per row leaves most of
+    the GPU idle, or a split pass and a second kernel read the rows twice. With
+    more rows, programs wait at the barriers for slices that have yet to start,
+    and with shorter ones a program per row keeps up. H200, per call, L2 flushed,
+    cooperative against the other forms: softmax [1, 262144] fp32 11.8 against
+    46.3 us, [8, 128256] fp32 13.5 against 26.5, bf16 12.5 against 23.3;
+    log_softmax [3, 100003] fp32 13.4 against 29.6; layer_norm [5, 70001] bf16
+    13.6 against 24.6; but softmax [8, 50257] fp32 24.8 against 19.4, layer_norm
+    [16, 250007] fp32 27.9 against 24.8, softmax [2048, 50257] fp32 442-480
+    against 274."""
+    return xn <= COOP_MAX_ROWS and rn >= COOP_MIN_RNUMEL
+
+
+def coop_slices(rn: int, rblock: int, pad: int = 0) -> int:
+    """Programs per row of a cooperative reduction; `pad`: elements walked
+    before the row's first one (rows from their 16-byte boundary)."""
+    return cdiv(rn + pad, rblock)
+
+
+def _coop_configs(xn: int, rn: int, itemsize: int) -> list:
+    """Slices of about COOP_SLICE_BYTES held by threads of 64 bytes each; on big
+    kernels also half and twice that, at least two slices a row."""
+    def cfg(rb):
+        return dict(XBLOCK=1, RBLOCK=rb, num_warps=_warps(rb, itemsize, lo=1, hi=32), num_stages=1)
+
+    rb = min(COOP_SLICE_BYTES // itemsize, pow2(rn) // 2)
+    sizes = [rb] + ([rb // 2, rb * 2] if xn * rn >= AUTOTUNE_MIN_ELEMENTS else [])
+    return [cfg(b) for b in sizes if 256 <= b <= pow2(rn) // 2] or [cfg(rb)]
 
 
 def _looped_configs(xn: int, rn: int, inner: bool, gpu: bool, itemsize: int, wide: bool, passes: int = 1) -> list:

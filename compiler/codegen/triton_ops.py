@@ -237,6 +237,24 @@ def _argmin(a, ia, b, ib):
     pick = better | tie
     return tl.where(pick, a, b), tl.where(pick, ia, ib)
 """,
+    # a cooperative slice at a row's edge is masked; one inside it is not, so that
+    # its accesses stay 16-byte vectors (Triton vectorizes only under a mask it
+    # can prove constant over each vector)
+    "_load_edge": """@triton.jit
+def _load_edge(ptr, mask, edge):
+    if edge:
+        x = tl.load(ptr, mask, other=0)
+    else:
+        x = tl.load(ptr)
+    return x
+""",
+    "_store_edge": """@triton.jit
+def _store_edge(ptr, value, mask, edge):
+    if edge:
+        tl.store(ptr, value, mask)
+    else:
+        tl.store(ptr, value)
+""",
 }
 HELPER_DEPS = {"_floordiv": ["_truncdiv"], "_int_fmod": ["_truncdiv"], "_int_remainder": ["_int_fmod", "_truncdiv"]}
 

@@ -411,6 +411,38 @@ def test_gpu_rows_up_to_32k_stay_in_registers(dtype):
     assert "for roffset" in cap.kernels[0].source
 
 
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device: the cooperative form is a GPU's (the interpreter runs programs one by one)")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_few_long_rows_split_cooperatively(dtype):
+    """A handful of long rows read more than once: each row's slices are held by
+    programs that meet at a barrier per reduction, one kernel reads x once. The
+    counters reset themselves: later calls (and CUDA graph replays) agree."""
+    cases = [
+        (lambda x: x.softmax(-1), (rand(3, 100_003, device="cuda", dtype=dtype) * 4,)),  # rows off 16 bytes
+        (lambda x: F.log_softmax(x, -1), (rand(1, 128_256, device="cuda", dtype=dtype),)),
+        (lambda x, w: F.layer_norm(x, (70_001,), w) * 2, (rand(5, 70_001, device="cuda", dtype=dtype) + 3,
+                                                          rand(70_001, device="cuda", dtype=dtype))),
+    ]
+    for fn, args in cases:
+        cap = check(fn, *args, tol=dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else None)
+        assert len(cap.kernels) == 1 and "ticket" in cap.kernels[0].source, [k.name for k in cap.kernels]
+        compiled = torch.compile(fn, backend="fusion")
+        with torch.no_grad():
+            first = compiled(*args)
+            assert all(torch.equal(first, compiled(*args)) for _ in range(3))
+    norm = nn.GroupNorm(2, 64).to("cuda", dtype).eval()  # 4 rows of 401408: statistics and normalize in one kernel
+    with torch.no_grad():
+        norm.weight.normal_(), norm.bias.normal_()
+        cap = check(norm, rand(2, 64, 112, 112, device="cuda", dtype=dtype) * 3 + 1)
+    assert len(cap.kernels) == 1 and "ticket" in cap.kernels[0].source
+    with config.patch(cuda_graphs=True), torch.no_grad():
+        x = rand(2, 65_537, device="cuda", dtype=dtype)
+        graphed = torch.compile(lambda x: x.softmax(-1), backend="fusion")
+        outs = [graphed(x).clone() for _ in range(3)]
+        torch.testing.assert_close(outs[-1], x.softmax(-1), **_tol(dtype))
+        assert all(torch.equal(outs[0], o) for o in outs)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_split_reductions_over_few_rows(device):
     """Few long rows: several programs per row, the last one combines them."""
