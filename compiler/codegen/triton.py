@@ -775,11 +775,7 @@ class TritonKernel:
         ind = "        "
         mask = "xmask & smask" if self.need_mask["x"] else "smask"
         for i, m in enumerate(reds):
-            rt, t = m.node.buffer.reduction_type, m.value.dtype
-            init = REDUCTION_INIT[rt](t)
-            acc = f"acc_{m.node.name}"
-            body.append(f"{ind}{acc}_p = tl.load(ws_ptr{i} + (x0 * nsplit + sindex), {mask}, other={init}, cache_modifier='.cg')")
-            body.append(f"{ind}{acc} = {self._final(rt, f'tl.where(smask, {acc}_p, {init})', positional=False)}")
+            body += self._combine_partials(m, f"ws_ptr{i}", "nsplit", mask, ind)
         for m in reds:
             self.store(m, self.regs[m.node.name], body, ind)
         cse = dict(row_cse)
@@ -791,6 +787,14 @@ class TritonKernel:
                 elif phase > 0:
                     self._member(m, cse, body, ind)
         body.append(f"{ind}tl.atomic_xchg(sem_ptr + pid // nsplit, 0)  # ready for the next launch")
+
+    def _combine_partials(self, m: Member, ws: str, row_stride: str, mask: str, ind: str) -> list[str]:
+        """Code combining reduction m's partial results over a row's programs
+        (stored in `ws`, `row_stride` per row), in a fixed order, into acc_<m>."""
+        rt, t = m.node.buffer.reduction_type, m.value.dtype
+        init, acc = REDUCTION_INIT[rt](t), f"acc_{m.node.name}"
+        return [f"{ind}{acc}_p = tl.load({ws} + (x0 * {row_stride} + sindex), {mask}, other={init}, cache_modifier='.cg')",
+                f"{ind}{acc} = {self._final(rt, f'tl.where(smask, {acc}_p, {init})', positional=False)}"]
 
     # -- cooperative rows ------------------------------------------------------------------------
     def _coop_ticket(self) -> list[str]:
@@ -848,12 +852,8 @@ class TritonKernel:
             ]
             barrier += 1
             for m in reds:
-                rt, t = m.node.buffer.reduction_type, m.value.dtype
-                init, acc = REDUCTION_INIT[rt](t), f"acc_{m.node.name}"
-                body.append(f"    {acc}_p = tl.load(ws_ptr{index[m.node.name]} + (x0 * {self.coop_max_slices} + sindex), "
-                            f"smask, other={init}, cache_modifier='.cg')")
-                body.append(f"    {acc} = {self._final(rt, f'tl.where(smask, {acc}_p, {init})', positional=False)}")
-                self.regs[m.node.name] = Value(acc, frozenset({"x"}))
+                body += self._combine_partials(m, f"ws_ptr{index[m.node.name]}", str(self.coop_max_slices), "smask", "    ")
+                self.regs[m.node.name] = Value(f"acc_{m.node.name}", frozenset({"x"}))
                 self.store(m, self.regs[m.node.name], body, "    ")
             for m in members:
                 if m.node.name in self.alias:
