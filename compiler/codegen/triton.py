@@ -97,6 +97,7 @@ class TritonKernel:
             self.row_pad = max(self.shift - 1, 0)
             for c in self.plan.configs:
                 c["grid"] = self.xnumel * triton_config.coop_slices(self.rnumel, c["RBLOCK"], self.row_pad)
+            self.coop_max_slices = max(c["grid"] for c in self.plan.configs) // self.xnumel
             self.coop_reds = [m for m in kernel.members if m.role == "reduction" and m.node.name not in self.alias]
             self.barriers = len({m.phase for m in self.coop_reds})
         self.workspace = self._workspace()
@@ -194,9 +195,8 @@ class TritonKernel:
         reduction; per row a counter for each barrier and one of programs done,
         and the ticket counter. The kernel owns it: one launch at a time."""
         if self.plan.coop:
-            slices = max(triton_config.coop_slices(self.rnumel, c["RBLOCK"], self.row_pad) for c in self.plan.configs)
-            self.coop_max_slices = slices
-            out = [dict(name=f"ws_ptr{i}", dtype=str(m.value.dtype).replace("torch.", ""), numel=self.xnumel * slices)
+            numel = self.xnumel * self.coop_max_slices
+            out = [dict(name=f"ws_ptr{i}", dtype=str(m.value.dtype).replace("torch.", ""), numel=numel)
                    for i, m in enumerate(self.coop_reds)]
             return out + [dict(name="sem_ptr", dtype="int32", numel=self.xnumel * (self.barriers + 1) + 1)]
         if self.split == 1:
@@ -781,10 +781,7 @@ class TritonKernel:
         cse = dict(row_cse)
         for phase, members in member_order(self.k):
             for m in members:
-                if m.node.name in self.alias:
-                    self.regs[m.node.name] = self.regs[self.alias[m.node.name]]
-                    self.store(m, self.regs[m.node.name], body, ind)
-                elif phase > 0:
+                if m.node.name in self.alias or phase > 0:  # an alias takes its twin's value
                     self._member(m, cse, body, ind)
         body.append(f"{ind}tl.atomic_xchg(sem_ptr + pid // nsplit, 0)  # ready for the next launch")
 
@@ -831,14 +828,13 @@ class TritonKernel:
         for _, members in member_order(self.k):
             reds = []
             for m in members:
-                if m.role != "reduction" or m.node.name in self.alias:
-                    if m.role != "reduction":
-                        self._member(m, cse, body, "    ")
-                    continue
-                v = self.emit(m.value, cse, body, "    ")
-                part = self._final(m.node.buffer.reduction_type, self._masked(m, v), positional=False)
-                body.append(f"    tl.store(ws_ptr{index[m.node.name]} + (x0 * {self.coop_max_slices} + split), {part})")
-                reds.append(m)
+                if m.role != "reduction":
+                    self._member(m, cse, body, "    ")
+                elif m.node.name not in self.alias:
+                    v = self.emit(m.value, cse, body, "    ")
+                    part = self._final(m.node.buffer.reduction_type, self._masked(m, v), positional=False)
+                    body.append(f"    tl.store(ws_ptr{index[m.node.name]} + (x0 * {self.coop_max_slices} + split), {part})")
+                    reds.append(m)
             if not reds:
                 continue
             counter = f"sem_ptr + (row * {nb} + {barrier})"
@@ -856,9 +852,8 @@ class TritonKernel:
                 self.regs[m.node.name] = Value(f"acc_{m.node.name}", frozenset({"x"}))
                 self.store(m, self.regs[m.node.name], body, "    ")
             for m in members:
-                if m.node.name in self.alias:
-                    self.regs[m.node.name] = self.regs[self.alias[m.node.name]]
-                    self.store(m, self.regs[m.node.name], body, "    ")
+                if m.node.name in self.alias:  # takes its twin's value
+                    self._member(m, cse, body, "    ")
         body += [  # the last slice out resets the row's counters for the next launch
             f"    if tl.atomic_add(sem_ptr + (row * {nb} + {nb - 1}), 1) == nsplit - 1:",
             *(f"        tl.atomic_xchg(sem_ptr + (row * {nb} + {b}), 0)" for b in range(nb)),
