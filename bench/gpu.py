@@ -15,11 +15,13 @@ fraction for back-to-back calls over rotated copies of the inputs, the steady
 state in which the copy bandwidth itself is measured), host time per call in a
 loop of back-to-back calls (and, for small calls, ours replayed as a CUDA graph),
 and cold compile time (first call, empty caches; the backends take turns
-compiling first) of ours and Inductor. A table is printed; markdown and JSON go
+compiling first) of ours and Inductor: the median of --compile-rounds first calls,
+each round after the first in a fresh process. A table is printed; markdown and JSON go
 to --out (default $OUT/bench.md when $OUT is set)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -38,6 +40,10 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="fewer timing rounds")
     p.add_argument("--smoke", action="store_true", help="CPU, tiny sizes: checks the script, not speed")
     p.add_argument("--warm-cache", action="store_true", help="keep compile caches (cold compile is then not cold)")
+    p.add_argument("--compile-rounds", type=int, default=3,
+                   help="cold compile time: the median of this many first calls, each in a fresh process")
+    p.add_argument("--compile-only", metavar="JSON", help=argparse.SUPPRESS)  # one more such round, into JSON
+    p.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -310,35 +316,44 @@ def loop_us(fn, args, timer: Timer, est_ms: float) -> float:
     return (time.perf_counter() - t) / n * 1e6
 
 
+def first_calls(fn, args, timer: Timer, smoke: bool, inductor_first: bool):
+    """Each backend's first call, timed (cold compile: the caches are empty, the
+    backends take turns compiling first): (row fields, {name: compiled fn}, ours' output)."""
+    row, backends, out = {}, {}, None
+    torch._dynamo.reset()
+    order = [("ours", "fusion"), ("inductor", "inductor")]
+    for name, backend in order[::-1] if inductor_first else order:  # neither always pays first-use costs
+        if smoke and name == "inductor":
+            continue
+        compiled = torch.compile(fresh(fn), backend=backend)
+        with contextlib.ExitStack() as stack:
+            cap = stack.enter_context(compiler.capture()) if name == "ours" else None
+            t = time.perf_counter()
+            result = compiled(*args)
+            timer.sync()
+            row[f"compile_s_{name}"] = time.perf_counter() - t
+        if cap is not None:
+            out = result
+            row["our_kernels"] = [k.name for k in cap.kernels]
+            row["our_launches"] = [k.launch for k in cap.kernels]  # configurations, candidates timed, compile s
+            row["our_externs"] = len(cap.externs) + len(cap.fallbacks)
+            row["graphs"] = len(cap.graphs)
+            row["graph_breaks"] = cap.graph_breaks
+            row["compile_s_ours_graphs"] = sum(g.compile_time_s for g in cap.graphs)  # ours, without Dynamo/AOT
+        backends[name] = compiled
+    return row, backends, out
+
+
 def measure(w: Workload, device, timer: Timer, bw: float, quick: bool, smoke: bool, inductor_first: bool) -> dict:
     torch.manual_seed(0)
     fn, args = w.make()
     grad_ctx = torch.enable_grad if w.train else torch.no_grad
     row = {"name": w.name}
     backends = {"eager": fn}
-    torch._dynamo.reset()
     with grad_ctx():
-        order = [("ours", "fusion"), ("inductor", "inductor")]
-        for name, backend in order[::-1] if inductor_first else order:  # neither always pays first-use costs
-            if smoke and name == "inductor":
-                continue
-            compiled = torch.compile(fresh(fn), backend=backend)
-            if name == "ours":
-                cap_ctx = compiler.capture()
-                cap = cap_ctx.__enter__()
-            t = time.perf_counter()
-            out = compiled(*args)
-            timer.sync()
-            row[f"compile_s_{name}"] = time.perf_counter() - t
-            if name == "ours":
-                cap_ctx.__exit__(None, None, None)
-                row["our_kernels"] = [k.name for k in cap.kernels]
-                row["our_launches"] = [k.launch for k in cap.kernels]  # configurations, candidates timed
-                row["our_externs"] = len(cap.externs) + len(cap.fallbacks)
-                row["graphs"] = len(cap.graphs)
-                row["graph_breaks"] = cap.graph_breaks
-                row["compile_s_ours_graphs"] = sum(g.compile_time_s for g in cap.graphs)  # ours, without Dynamo/AOT
-            backends[name] = compiled
+        compiled, compiled_fns, out = first_calls(fn, args, timer, smoke, inductor_first)
+        row.update(compiled)
+        backends.update(compiled_fns)
         small = floor_bytes(args, out) + model_param_bytes(fn) < FLUSH_MIN_BYTES
         if small and device.type == "cuda":  # the launch-bound cases: also ours replayed as a CUDA graph
             with compiler.config.patch(cuda_graphs=True):
@@ -454,6 +469,9 @@ def summary(rows) -> dict:
         "geomean_eager_over_ours": geomean([r["x_eager"] for r in rows]),
         "geomean_compile_ours_over_inductor": geomean(
             [r["compile_s_ours"] / r["compile_s_inductor"] for r in rows if r.get("compile_s_inductor")]),
+        "compile_rounds": max((len(r.get("compile_s_ours_rounds", [0])) for r in rows), default=0),
+        "cases_ours_over_half_of_inductor_compile": sum(
+            r["compile_s_ours"] > 0.5 * r["compile_s_inductor"] for r in rows if r.get("compile_s_inductor")),
         "large_memory_bound_cases": len(large),
         "of_them_ours_>=90%_floor_per_call": sum(r["floor_frac_ours"] >= 0.9 for r in large),
         "of_them_ours_>=90%_of_a_same_size_copy": sum(r["ms_copy_same"] / r["ms_ours"] >= 0.9 for r in large),
@@ -510,15 +528,14 @@ def main(args):
     if device.type != "cuda" and not args.smoke:
         sys.exit("no CUDA device: run with --smoke to check the script on CPU")
     timer = Timer(device)
+    if args.compile_only:
+        return compile_round(args, device, timer)
     bw = copy_bandwidth(device)
     env = environment(device, bw)
     print(" ".join(f"{k}={v}" for k, v in env.items()), flush=True)
     warm_up(device, ("fusion",) if args.smoke else ("fusion", "inductor"))
-    only = [o.strip() for o in args.only.split(",") if o.strip()]
     rows, md = [], ""
-    for i, w in enumerate(workloads(device, args.smoke)):
-        if only and not any(w.name.startswith(o) for o in only):
-            continue
+    for i, w in enumerate(selected(workloads(device, args.smoke), args.only)):
         try:
             row = measure(w, device, timer, bw, args.quick, args.smoke, inductor_first=i % 2 == 1)
         except Exception as e:  # one broken workload must not hide the others
@@ -533,8 +550,59 @@ def main(args):
         rows.append(row)
         print(" | ".join(f(row) for _, f in COLUMNS), flush=True)
         md = write(args.out, rows, env)  # after every workload: a run cut short keeps what it measured
+    if args.compile_rounds > 1:
+        more_compile_rounds(args, rows)
+        md = write(args.out, rows, env)
     print()
     print(md)
+
+
+def selected(ws: list, only: str) -> list:
+    prefixes = [o.strip() for o in only.split(",") if o.strip()]
+    return [w for w in ws if not prefixes or any(w.name.startswith(p) for p in prefixes)]
+
+
+def compile_round(args, device, timer: Timer) -> None:
+    """One more round of cold first calls (this process's caches are empty):
+    {workload: {backend: seconds}} into args.compile_only."""
+    warm_up(device, ("fusion",) if args.smoke else ("fusion", "inductor"))
+    times = {}
+    for i, w in enumerate(selected(workloads(device, args.smoke), args.only)):
+        torch.manual_seed(0)
+        fn, a = w.make()
+        with (torch.enable_grad if w.train else torch.no_grad)():
+            row, _, _ = first_calls(fn, a, timer, args.smoke, inductor_first=(i + args.round) % 2 == 1)
+        times[w.name] = {k: row.get(f"compile_s_{k}") for k in ("ours", "inductor")}
+        del fn, a, row
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    with open(args.compile_only, "w") as f:
+        json.dump(times, f)
+
+
+def more_compile_rounds(args, rows: list) -> None:
+    """Rounds 2.. of cold compile, each in a fresh process (its own empty caches,
+    the backends' turns to go first swapped each round); a row's compile times
+    become the median of its rounds."""
+    import subprocess
+
+    rounds = {r["name"]: {k: [r[f"compile_s_{k}"]] for k in ("ours", "inductor") if r.get(f"compile_s_{k}")}
+              for r in rows if "error" not in r}
+    for k in range(1, args.compile_rounds):
+        with tempfile.NamedTemporaryFile(suffix=".json") as f:
+            cmd = [sys.executable, os.path.abspath(__file__), "--compile-only", f.name, "--round", str(k), "--only", args.only]
+            cmd += ["--smoke"] * args.smoke + ["--warm-cache"] * args.warm_cache
+            if subprocess.run(cmd).returncode != 0:
+                print(f"compile round {k + 1} failed: cold compile times are the median of fewer rounds", flush=True)
+                continue
+            for name, times in json.load(f).items():
+                for backend, secs in times.items():
+                    if secs is not None and backend in rounds.get(name, {}):
+                        rounds[name][backend].append(secs)
+    for r in rows:
+        for backend, secs in rounds.get(r["name"], {}).items():
+            r[f"compile_s_{backend}_rounds"] = secs
+            r[f"compile_s_{backend}"] = statistics.median(secs)
 
 
 def write(out: str, rows: list, env: dict) -> str:

@@ -26,7 +26,9 @@ class KernelRecord:
     # Triton: how it is launched. {"config": block sizes, num_warps, grid; "launcher":
     # "c" | "triton" | "jit" | "interpreter"; "timed": [[config, us], ...] the
     # candidates timed on this machine (empty: one candidate); "tuned_earlier": the
-    # choice came from the cache}. None for C++ kernels
+    # choice came from the cache; "compile_s": seconds its compile took (the slowest
+    # candidate's: they compile at once), None when nothing was compiled}. None for
+    # C++ kernels
     launch: dict | None = None
 
     @property

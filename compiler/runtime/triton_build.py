@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 import torch
 
@@ -277,9 +278,11 @@ def _target() -> tuple:
 def _compile_one(fn, meta, cfg, path, target, pool):
     """Compile one configuration without launching it: first in a worker process
     when one is ready, then here, where Triton finds the worker's kernel in its
-    cache (or, if the worker failed, compiles it and raises its error)."""
+    cache (or, if the worker failed, compiles it and raises its error).
+    (compiled kernel, seconds it took)."""
     from triton import knobs
 
+    start = time.perf_counter()
     dtypes = [a["dtype"] for a in meta["args"] + meta["workspace"]]
     blocks, options = _constexprs(cfg), compile_options(meta, cfg)
     future = pool.submit(dict(path=str(path), name=fn.__name__, dtypes=dtypes, blocks=blocks, options=options,
@@ -289,7 +292,7 @@ def _compile_one(fn, meta, cfg, path, target, pool):
             future.result(timeout=WORKER_TIMEOUT_S)
         except concurrent.futures.TimeoutError:
             pass  # a stuck worker: compile it here
-    return compile_workers.compile_kernel(fn, dtypes, blocks, options, target)
+    return compile_workers.compile_kernel(fn, dtypes, blocks, options, target), time.perf_counter() - start
 
 
 def _tune_path(path, device) -> "os.PathLike":
@@ -319,17 +322,18 @@ def _time(launch, args, reps_ms: float = 2.0) -> float:
 
 def _resolve(name, fn, meta, configs, futures, device, path, tune_path, workspace, target):
     """Collect the compiled configurations, pick the fastest: (config, launcher,
-    kind, [[config, us] of each candidate timed])."""
-    compiled = []
+    kind, [[config, us] of each candidate timed], seconds the slowest compile took)."""
+    compiled, seconds = [], 0.0
     for cfg, fut in zip(configs, futures):
         try:
-            ck = fut.result()
+            ck, s = fut.result()
         except Exception:
             try:  # a compile that failed in a worker thread gets one more try here
-                ck = _compile_one(fn, meta, cfg, path, target, None)
+                ck, s = _compile_one(fn, meta, cfg, path, target, None)
             except Exception as e:
                 raise KernelCompileError(name, f"{type(e).__name__}: {e}", path) from e
         compiled.append((cfg, ck))
+        seconds = max(seconds, s)
     index = device.index or 0
 
     def fast(cfg, ck, use_c):
@@ -341,12 +345,12 @@ def _resolve(name, fn, meta, configs, futures, device, path, tune_path, workspac
     launchers = [(cfg, fast(cfg, ck, True)) for cfg, ck in compiled]
     how = "c" if _c_fits(compiled[0][1]) else "triton"
     if len(launchers) == 1:
-        return launchers[0][0], launchers[0][1], how, []
+        return launchers[0][0], launchers[0][1], how, [], seconds
     args = _scratch_args(meta, device)
     timed = sorted((_time(launch, args), i) for i, (cfg, launch) in enumerate(launchers))
     best_cfg, best = launchers[timed[0][1]]
     write_entry(tune_path, json.dumps(best_cfg).encode())
-    return best_cfg, best, how, [[launchers[i][0], round(ms * 1e3, 2)] for ms, i in timed]
+    return best_cfg, best, how, [[launchers[i][0], round(ms * 1e3, 2)] for ms, i in timed], seconds
 
 
 def build(name: str, source: str, meta: dict):
@@ -380,22 +384,24 @@ def build(name: str, source: str, meta: dict):
     def resolve():
         try:
             with real_tensors():
-                cfg, launch, how, timed = _resolve(name, fn, meta, configs, futures, device, path, tune_path, workspace, target)
+                cfg, launch, how, timed, seconds = _resolve(name, fn, meta, configs, futures, device, path, tune_path,
+                                                            workspace, target)
         except KernelCompileError:
             raise
         except Exception as e:  # our fast path broke on this Triton: its own launch is correct
             print(f"pytest-fusion: {name}: plain Triton launch ({type(e).__name__}: {str(e)[:300]})", file=sys.stderr)
-            cfg, launch, how, timed = configs[0], _jit_launcher(fn, meta, configs[0], False, workspace), "jit", []
-        launcher.info = _info(cfg, how, timed, tuned_earlier=chosen is not None)
+            cfg, launch, how, timed, seconds = configs[0], _jit_launcher(fn, meta, configs[0], False, workspace), "jit", [], None
+        launcher.info = _info(cfg, how, timed, tuned_earlier=chosen is not None, compile_s=seconds)
         return launch
 
     launcher = TritonLauncher(name, resolve)
     return launcher, path, hit
 
 
-def _info(cfg: dict, how: str, timed: list = (), tuned_earlier: bool = False) -> dict:
+def _info(cfg: dict, how: str, timed: list = (), tuned_earlier: bool = False, compile_s: float | None = None) -> dict:
     """KernelRecord.launch."""
-    return dict(config=cfg, launcher=how, timed=list(timed), tuned_earlier=tuned_earlier)
+    return dict(config=cfg, launcher=how, timed=list(timed), tuned_earlier=tuned_earlier,
+                compile_s=None if compile_s is None else round(compile_s, 3))
 
 
 def real_tensors():

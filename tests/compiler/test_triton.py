@@ -616,14 +616,16 @@ def test_gpu_autotuned_config_is_cached():
     with compiler.capture() as cap:
         torch.compile(lambda x: x.sum(0), backend="fusion")(x)
     assert cap.graphs[0].cache_hits == 1  # the source and the tuned config came from the cache
-    assert cap.kernels[0].launch == dict(kernel.launch, timed=[], tuned_earlier=True)
+    assert kernel.launch["compile_s"] > 0
+    launch = cap.kernels[0].launch
+    assert launch == dict(kernel.launch, timed=[], tuned_earlier=True, compile_s=launch["compile_s"])
 
 
 def test_kernel_records_say_how_they_launch():
     """Under the interpreter a kernel runs its one configuration, and says so."""
     kernel = check(lambda x: (x * 3).cos(), rand(5000, device="cpu")).kernels[0]
     assert kernel.launch == dict(config=meta_of(kernel.source)["configs"][0], launcher="interpreter", timed=[],
-                                 tuned_earlier=False)
+                                 tuned_earlier=False, compile_s=None)
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device: the compiled launcher needs one")

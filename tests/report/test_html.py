@@ -79,13 +79,15 @@ def test_merged_report_labels_each_test_with_its_device(make_test, make_doc):
 
 
 def test_kernels_show_their_launch_and_the_candidates_timed(tiny_doc):
-    """A kernel launched with one of several timed configurations says which and
-    how the others did; a C++ kernel (no launch record) says nothing of it."""
+    """A kernel launched with one of several timed configurations says which, how
+    the others did and how long compiling them took; a C++ kernel (no launch
+    record) says nothing of it."""
     doc = copy.deepcopy(tiny_doc)
     kernel = doc["tests"][0]["graphs"][0]["kernels"][0]
     cfg = dict(XBLOCK=1, RBLOCK=4096, num_warps=16, num_stages=1, grid=8192)
-    kernel["launch"] = dict(config=cfg, launcher="c", tuned_earlier=False,
+    kernel["launch"] = dict(config=cfg, launcher="c", tuned_earlier=False, compile_s=0.214,
                             timed=[[cfg, 33.1], [dict(cfg, num_warps=8), 41.25], [dict(cfg, XBLOCK=2), 35.0]])
     html = render(doc)
-    assert "launch: XBLOCK=1 RBLOCK=4096 num_warps=16, 8192 programs; fastest of 3 timed: 33.1 us (others 35.0, 41.2 us)" in html
+    assert ("launch: XBLOCK=1 RBLOCK=4096 num_warps=16, 8192 programs; fastest of 3 timed: 33.1 us (others 35.0, 41.2 us); "
+            "compiled in 0.21 s (the slowest of 3 candidates, compiled at once)") in html
     assert html.count("launch: ") == 1
