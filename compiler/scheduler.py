@@ -187,29 +187,38 @@ def _reads(value: ir.Expr) -> dict:
     return reads
 
 
-def _kernel_vars(node: Node, role: str, rnumel: int):
-    """The node's loop variables as expressions of the kernel's x0 / r0."""
+def _kernel_vars(node: Node, role: str, xnumel: int, rnumel: int, r_major: bool = False):
+    """The node's loop variables as expressions of the kernel's x0 / r0.
+    `r_major`: a full node's outer loops cover r0 and its inner ones x0 (a
+    reduction over the outer dim, whose x0 is the contiguous one)."""
     if role == "reduction":
         return _split(X, node.sizes), _split(R, node.rsizes)
     if role == "row" or rnumel == 1:
         return _split(X, node.sizes), []
-    # a full node: its outer loops cover x0, its inner loops cover r0
-    acc, k = 1, len(node.sizes)
-    while k > 0 and acc < rnumel:
+    if r_major:
+        return _outer_inner(node.sizes, R, X, xnumel), []
+    return _outer_inner(node.sizes, X, R, rnumel), []
+
+
+def _outer_inner(sizes: list, outer, inner, inner_numel: int):
+    """Variables for the loop nest `sizes` whose inner loops `inner` covers (its
+    `inner_numel` points) and whose outer loops `outer` covers, or None."""
+    acc, k = 1, len(sizes)
+    while k > 0 and acc < inner_numel:
         k -= 1
-        acc *= node.sizes[k]
-    if acc == rnumel:
-        return _split(X, node.sizes[:k]) + _split(R, node.sizes[k:]), []
-    # r0 ends inside loop k: split it in an outer part (in x0) and an inner part (in
-    # r0), e.g. group_norm's channels: [N, C, HW] over rows of (C/G) * HW
-    if k == len(node.sizes) or 0 in node.sizes or rnumel == 0:  # empty loops: nothing to split
+        acc *= sizes[k]
+    if acc == inner_numel:
+        return _split(outer, sizes[:k]) + _split(inner, sizes[k:])
+    # the inner variable ends inside loop k: split it in an outer part and an inner
+    # part, e.g. group_norm's channels: [N, C, HW] over rows of (C/G) * HW
+    if k == len(sizes) or 0 in sizes or inner_numel == 0:  # empty loops: nothing to split
         return None
-    inner = acc // node.sizes[k]
-    if rnumel % inner or node.sizes[k] % (rnumel // inner):
+    below = acc // sizes[k]
+    if inner_numel % below or sizes[k] % (inner_numel // below):
         return None
-    f = rnumel // inner
-    xs, rs = _split(X, node.sizes[:k] + [node.sizes[k] // f]), _split(R, [f] + node.sizes[k + 1 :])
-    return xs[:-1] + [xs[-1] * f + rs[0]] + rs[1:], []
+    f = inner_numel // below
+    os_, is_ = _split(outer, sizes[:k] + [sizes[k] // f]), _split(inner, [f] + sizes[k + 1 :])
+    return os_[:-1] + [os_[-1] * f + is_[0]] + is_[1:]
 
 
 def _split(var, sizes):
@@ -221,7 +230,7 @@ def _split(var, sizes):
     return unflatten(var, sizes)
 
 
-def place(node: Node, xnumel: int, rnumel: int) -> Member | None:
+def place(node: Node, xnumel: int, rnumel: int, r_major: bool = False) -> Member | None:
     if node.is_reduction:
         if (node.numel, node.rnumel) != (xnumel, rnumel):
             return None
@@ -232,8 +241,8 @@ def place(node: Node, xnumel: int, rnumel: int) -> Member | None:
         role = "row"
     else:
         return None
-    kv = _kernel_vars(node, role, rnumel)
-    if kv is None:
+    kv = _kernel_vars(node, role, xnumel, rnumel, r_major)
+    if kv is None or kv[0] is None:
         return None
     value, store = node.evaluate(*kv, {X: xnumel, R: max(rnumel, 1)})
     return Member(node, role, value, sympy.expand(store), _reads(value))
@@ -323,25 +332,14 @@ class Scheduler:
             if step is not None and step is not kernel and step.order > kernel.order:
                 return None, f"it also needs {d}, computed after that kernel (fusing would make a cycle)"
         written = kernel.writes
-        related = bool(deps & written) or any(
-            set(node.reads) & set(m.reads) for m in kernel.members
-        )
-        if not related:
+        if not (deps & written or any(set(node.reads) & set(m.reads) for m in kernel.members)):
             return None, "they share no buffer"
-        member = place(node, kernel.xnumel, kernel.rnumel)
+        member, why = self._placed(kernel, node, deps & written)
         if member is None:
-            shape = f"{node.numel}x{node.rnumel}" if node.is_reduction else f"{node.numel}"
-            return None, f"its iteration space ({shape}) does not fit the kernel's ({kernel.xnumel}x{kernel.rnumel})"
-        by_name = {m.node.name: m for m in kernel.members}
+            return None, why
         phase = _first_phase(member, kernel)
-        for name, idxs in member.reads.items():
-            producer = by_name.get(name)
-            if producer is None:
-                continue
-            if not _same_index(idxs, producer, member):
-                return None, f"it reads {name} at another index than the kernel writes it (e.g. transposed)"
-            if producer.role == "full" and member.role == "row":
-                return None, f"a per-row value cannot depend on the whole row {name}"
+        for name in member.reads.keys() & written:
+            producer = next(m for m in kernel.members if m.node.name == name)
             phase = max(phase, _phase_after(producer, member, kernel))
         member.phase = phase
         if member.role == "full" and phase >= 2 and _splits_rows_alone(kernel, self.graph.device):
@@ -352,6 +350,28 @@ class Scheduler:
         if target is not None and not read_only_at(kernel.members, target.name, member.store_index):
             return None, f"it overwrites {target.name}, which the kernel reads elsewhere"
         return member, ""
+
+    def _placed(self, kernel: FusedKernel, node: Node, consumed: set):
+        """(member, "") for `node` in `kernel`, else (None, why not). A full node
+        maps its loops onto the kernel's x0 and r0 outer loops first, unless only
+        the other way round (r0 outer: a reduction over the outer dim, such as a
+        bias gradient) it reads what the kernel computes, or what it loads, at
+        the same elements: fused otherwise, one of them would walk memory transposed."""
+        by_name = {m.node.name: m for m in kernel.members}
+        why = ""
+        for r_major in (False, True):
+            member = place(node, kernel.xnumel, kernel.rnumel, r_major)
+            if member is None:
+                if r_major:
+                    break
+                shape = f"{node.numel}x{node.rnumel}" if node.is_reduction else f"{node.numel}"
+                return None, f"its iteration space ({shape}) does not fit the kernel's ({kernel.xnumel}x{kernel.rnumel})"
+            why = _reads_as_written(member, by_name)
+            if not why and member.role == "full" and not consumed and not _shares_a_load(member, kernel):
+                why = "it loads no element the kernel loads (fused, one of them would walk memory transposed)"
+            if not why or member.role != "full":
+                break
+        return (None, why) if why else (member, "")
 
     def _finish(self):
         """Decide which buffers must reach memory and name the kernels."""
@@ -404,6 +424,29 @@ def _phase_after(producer: Member, consumer: Member, kernel: FusedKernel) -> int
         return p + 1 if consumer.role == "row" else p + 2
     # a row value: rows in the same slot, loops in the next loop
     return p if consumer.role == "row" else p + 1
+
+
+def _reads_as_written(member: Member, by_name: dict) -> str:
+    """Why `member` cannot read what the kernel's members compute ("" if it can)."""
+    for name, idxs in member.reads.items():
+        producer = by_name.get(name)
+        if producer is None:
+            continue
+        if not _same_index(idxs, producer, member):
+            return f"it reads {name} at another index than the kernel writes it (e.g. transposed)"
+        if producer.role == "full" and member.role == "row":
+            return f"a per-row value cannot depend on the whole row {name}"
+    return ""
+
+
+def _shares_a_load(member: Member, kernel: FusedKernel) -> bool:
+    """Whether `member` loads an element at the same kernel index as a member of `kernel`."""
+    for m in kernel.members:
+        for name in member.reads.keys() & m.reads.keys():
+            theirs = [i for i in m.reads[name] if i is not None]
+            if any(i is not None and any(fold_divmod(i - j) == 0 for j in theirs) for i in member.reads[name]):
+                return True
+    return False
 
 
 def _same_index(read_indices, producer: Member, consumer: Member) -> bool:

@@ -208,6 +208,24 @@ def test_multiple_outputs_and_input_mutation(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(64, 48), (301, 129), (2048, 40)])
+def test_result_and_its_column_sum_are_one_pass(device, shape):
+    """A bias gradient: a pointwise result the graph returns (GELU's backward)
+    and its sum over the rows. One kernel walks the rows as its reduction and
+    the contiguous columns as x0, computing each element once: each input is
+    loaded once, at the index the result is stored. Mapped the other way, one
+    of the two would walk memory transposed (H200, [4096, 4096] fp32: 280 us)."""
+    g, h = rand(*shape, device=device), rand(*shape, device=device)
+    cap = check(lambda g, h: (lambda d: (d, d.sum(0)))(torch.ops.aten.gelu_backward(g, h)), g, h,
+                tol=dict(rtol=1e-4, atol=1e-4))
+    assert len(cap.kernels) == 1, [(k.name, k.split_reason) for k in cap.kernels]
+    src = cap.kernels[0].source
+    walks = [line for line in src.splitlines() if "tl.load(in_ptr" in line or ("tl.store(" in line and " r0 " in line)]
+    loops = max(1, src.count("for roffset"))
+    assert len(walks) == 3 * loops and all(f"({shape[1]} * r0 + x0)" in line for line in walks), src
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_softmax_family_persistent(device):
     x = rand(65, 999, device=device)
     cap = check(lambda x: x.softmax(-1), x)
