@@ -352,25 +352,20 @@ class Scheduler:
         return member, ""
 
     def _placed(self, kernel: FusedKernel, node: Node, consumed: set):
-        """(member, "") for `node` in `kernel`, else (None, why not). A full node
-        maps its loops onto the kernel's x0 and r0 outer loops first, unless only
-        the other way round (r0 outer: a reduction over the outer dim, such as a
-        bias gradient) it reads what the kernel computes, or what it loads, at
-        the same elements: fused otherwise, one of them would walk memory transposed."""
-        by_name = {m.node.name: m for m in kernel.members}
-        why = ""
-        for r_major in (False, True):
-            member = place(node, kernel.xnumel, kernel.rnumel, r_major)
-            if member is None:
-                if r_major:
-                    break
-                shape = f"{node.numel}x{node.rnumel}" if node.is_reduction else f"{node.numel}"
-                return None, f"its iteration space ({shape}) does not fit the kernel's ({kernel.xnumel}x{kernel.rnumel})"
-            why = _reads_as_written(member, by_name)
-            if not why and member.role == "full" and not consumed and not _shares_a_load(member, kernel):
-                why = "it loads no element the kernel loads (fused, one of them would walk memory transposed)"
-            if not why or member.role != "full":
-                break
+        """(member, "") for `node` in `kernel`, else (None, why not). A full node's
+        outer loops walk x0 and its inner ones r0; or, where only that way it reads
+        what the kernel computes or loads at the same elements, the other way round
+        (r0 over its outer loops: a reduction over the outer dim, as in a bias
+        gradient). Fused with neither, one of the two would walk memory transposed."""
+        member = place(node, kernel.xnumel, kernel.rnumel)
+        if member is None:
+            shape = f"{node.numel}x{node.rnumel}" if node.is_reduction else f"{node.numel}"
+            return None, f"its iteration space ({shape}) does not fit the kernel's ({kernel.xnumel}x{kernel.rnumel})"
+        why = _why_not_fused(member, kernel, consumed)
+        if why and member.role == "full":
+            r_major = place(node, kernel.xnumel, kernel.rnumel, r_major=True)
+            if r_major is not None and not _why_not_fused(r_major, kernel, consumed):
+                return r_major, ""
         return (None, why) if why else (member, "")
 
     def _finish(self):
@@ -426,8 +421,11 @@ def _phase_after(producer: Member, consumer: Member, kernel: FusedKernel) -> int
     return p if consumer.role == "row" else p + 1
 
 
-def _reads_as_written(member: Member, by_name: dict) -> str:
-    """Why `member` cannot read what the kernel's members compute ("" if it can)."""
+def _why_not_fused(member: Member, kernel: FusedKernel, consumed: set) -> str:
+    """Why `member` cannot join `kernel` as placed ("" if it can): it must read
+    what the kernel computes where it is written, and a full member that reads
+    none of it must load some element the kernel loads, at the same index."""
+    by_name = {m.node.name: m for m in kernel.members}
     for name, idxs in member.reads.items():
         producer = by_name.get(name)
         if producer is None:
@@ -436,6 +434,8 @@ def _reads_as_written(member: Member, by_name: dict) -> str:
             return f"it reads {name} at another index than the kernel writes it (e.g. transposed)"
         if producer.role == "full" and member.role == "row":
             return f"a per-row value cannot depend on the whole row {name}"
+    if member.role == "full" and not consumed and not _shares_a_load(member, kernel):
+        return "it loads no element the kernel loads at the same index (fused, one of them would walk memory transposed)"
     return ""
 
 
