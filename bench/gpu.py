@@ -326,8 +326,7 @@ def first_calls(fn, args, timer: Timer, smoke: bool, inductor_first: bool):
         if smoke and name == "inductor":
             continue
         compiled = torch.compile(fresh(fn), backend=backend)
-        with contextlib.ExitStack() as stack:
-            cap = stack.enter_context(compiler.capture()) if name == "ours" else None
+        with compiler.capture() if name == "ours" else contextlib.nullcontext() as cap:
             t = time.perf_counter()
             result = compiled(*args)
             timer.sync()

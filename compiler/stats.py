@@ -27,8 +27,8 @@ class KernelRecord:
     # "c" | "triton" | "jit" | "interpreter"; "timed": [[config, us], ...] the
     # candidates timed on this machine (empty: one candidate); "tuned_earlier": the
     # choice came from the cache; "compile_s": seconds its compile took (the slowest
-    # candidate's: they compile at once), None when nothing was compiled}. None for
-    # C++ kernels
+    # candidate's: they compile at once), None when not measured (the interpreter,
+    # or Triton's plain launch after our fast path failed)}. None for C++ kernels
     launch: dict | None = None
 
     @property

@@ -726,7 +726,6 @@ def test_gpu_kernels_compile_in_worker_processes():
     """Once the workers are up, every configuration of a GPU kernel is compiled by
     one of them, and the kernel computes eager's result."""
     from compiler.runtime import compile_workers
-
     from compiler.runtime.triton_build import _target
 
     workers = compile_workers.workers(max(config.compile_workers, 1), _target())
