@@ -342,9 +342,10 @@ class Scheduler:
             producer = next(m for m in kernel.members if m.node.name == name)
             phase = max(phase, _phase_after(producer, member, kernel))
         member.phase = phase
-        if member.role == "full" and phase >= 2 and _splits_rows_alone(kernel, self.graph.device):
-            return None, (f"{kernel.xnumel} rows of {kernel.rnumel}: alone, the reduction splits its rows "
-                          "across programs; a per-element consumer would make every row one program")
+        if member.role == "full" and phase >= 2:
+            why = _splits_rows_alone(kernel, self.graph.device)
+            if why:
+                return None, why
         # a mutation's target may be read in this kernel only at the index it writes
         target = node.buffer.store_target
         if target is not None and not read_only_at(kernel.members, target.name, member.store_index):
@@ -388,18 +389,35 @@ class Scheduler:
                     m.stored = True
 
 
-def _splits_rows_alone(kernel: FusedKernel, device) -> bool:
-    """Whether the planner splits this reduction's rows across programs: few rows
-    (under two programs an SM), each longer than a program holds in registers.
-    A per-element consumer fused in would make every row one program (128 rows on
-    128 of 132 SMs); with more or shorter rows, a consumer that reads the rows
-    again in the same kernel finds them in cache (group_norm: one kernel). On a
-    GPU, rows few enough split cooperatively with it (triton_config)."""
-    from .codegen.triton_config import SM_COUNT, WIDE_PERSISTENT_MAX_RBLOCK, cooperative_rows  # it imports this module
+def _splits_rows_alone(kernel: FusedKernel, device) -> str:
+    """Why a per-element consumer must not join this reduction ("" when it may):
+    alone, the planner splits its rows across programs, and the consumer, which
+    needs whole rows reduced, would take that away.
+    - Rows along the contiguous dim: few rows (under two programs an SM), each
+      longer than a program holds in registers. Fused, every row would be one
+      program (128 rows on 128 of 132 SMs); with more or shorter rows, a consumer
+      that reads the rows again in the same kernel finds them in cache
+      (group_norm: one kernel). On a GPU, rows few enough split cooperatively
+      with it (triton_config).
+    - Rows along a strided dim (x - x.mean(0)): too few columns for blocks of
+      OUTER_XBLOCK columns on every SM. Fused, each program walks all rows in
+      blocks narrow enough to fill the GPU, down to 8 columns: 16 or 32 bytes of
+      each 128-byte line (H200, x - x.mean(0) per call: bf16 [8192, 4096] 147 us
+      as one kernel, 65 as two; fp32 [16384, 4096] 323 -> 205)."""
+    from .codegen import triton_config as tc  # it imports this module
 
-    if device.type == "cuda" and cooperative_rows(kernel.xnumel, kernel.rnumel):
-        return False
-    return kernel.xnumel < 2 * SM_COUNT and kernel.rnumel > WIDE_PERSISTENT_MAX_RBLOCK and kernel.can_split()
+    if not kernel.can_split() or (device.type == "cuda" and tc.cooperative_rows(kernel.xnumel, kernel.rnumel)):
+        return ""
+    if not tc.reduces_contiguous(kernel):
+        if tc.splits_outer_rows(kernel.xnumel, kernel.rnumel):
+            return (f"{kernel.xnumel} columns of {kernel.rnumel} rows: alone, the reduction splits its rows across "
+                    f"programs in blocks of {tc.OUTER_XBLOCK} columns; a per-element consumer would make each program "
+                    "walk every row in narrower blocks")
+        return ""
+    if kernel.xnumel < 2 * tc.SM_COUNT and kernel.rnumel > tc.WIDE_PERSISTENT_MAX_RBLOCK:
+        return (f"{kernel.xnumel} rows of {kernel.rnumel}: alone, the reduction splits its rows "
+                "across programs; a per-element consumer would make every row one program")
+    return ""
 
 
 def _first_phase(member: Member, kernel: FusedKernel) -> int:

@@ -36,6 +36,8 @@ WIDE_PERSISTENT_MAX_RBLOCK = 32768
 WIDE_PERSISTENT_MAX_INPUTS = 3
 # reducing a strided dim: only short ones, so that a block is wide in the contiguous x
 OUTER_PERSISTENT_MAX_RBLOCK = 128
+# ... looped, and split over programs where it may: blocks this many columns wide
+OUTER_XBLOCK = 64
 # one-pass reductions over rows at least this long loop (with tuned RBLOCK)
 LOOPED_MIN_RBLOCK = 2048
 # the largest first-guess step of a looped reduction that reads each row more than once
@@ -202,6 +204,19 @@ def reduces_contiguous(kernel: FusedKernel) -> bool:
     return votes >= 0
 
 
+def outer_rblock(xb: int) -> int:
+    """Rows per step of a looped reduction over a strided dim, in blocks of xb columns."""
+    return max(4, 2048 // xb)
+
+
+def splits_outer_rows(xn: int, rn: int) -> bool:
+    """Whether a splittable reduction over a strided dim, xn columns of rn rows,
+    splits its rows across programs: too few OUTER_XBLOCK-wide blocks to fill the
+    GPU, and rows long enough (as plan() decides it)."""
+    xb = min(pow2(xn), OUTER_XBLOCK)
+    return cdiv(xn, xb) < 2 * SM_COUNT and rn // outer_rblock(xb) >= 2 * SPLIT_MIN_ITERATIONS
+
+
 def _fill(xn: int, xb: int, floor: int) -> int:
     """Fewer rows per program while the grid is too small to fill the GPU."""
     while xb > floor and cdiv(xn, xb) < 2 * SM_COUNT:
@@ -332,8 +347,8 @@ def _looped_configs(xn: int, rn: int, inner: bool, gpu: bool, itemsize: int, wid
     # 11 blocks: [4096, 4096] fp32 23.5 / 25.9 / 23.3, [16384, 1024] 23.3 / 29.1 /
     # 23.3, [65536, 256] 29.0 / 43.7 / 28.5; bf16 [8192, 4096] 27.4 / 31.8 / 26.1
     # (64 x 32 with 8 warps, the other candidate)
-    xb = min(pow2(xn), 64) if wide else _fill(xn, min(pow2(xn), 64), 8)
-    rb = max(4, 2048 // xb)
+    xb = min(pow2(xn), OUTER_XBLOCK) if wide else _fill(xn, min(pow2(xn), OUTER_XBLOCK), 8)
+    rb = outer_rblock(xb)
     out = [cfg(xb, rb, 4)]
     if big:
         out.append(cfg(xb, rb, 8))
