@@ -103,7 +103,7 @@ def plan(kernel: FusedKernel, device: torch.device, itemsize: int, int64: bool =
     configs = _looped_configs(xn, rn, inner, gpu, itemsize, wide=splittable, passes=kernel.loops)
     xblocks = cdiv(xn, configs[0]["XBLOCK"])
     iterations = rn // configs[0]["RBLOCK"]
-    if xblocks < 2 * SM_COUNT and iterations >= 2 * SPLIT_MIN_ITERATIONS and splittable:
+    if splittable and _worth_splitting(xblocks, iterations):
         # enough programs for SPLIT_WARPS_PER_SM resident warps: a looped
         # reduction hides memory latency with warps, not with pipelining
         programs = SM_COUNT * SPLIT_WARPS_PER_SM // configs[0]["num_warps"]
@@ -214,7 +214,12 @@ def splits_outer_rows(xn: int, rn: int) -> bool:
     splits its rows across programs: too few OUTER_XBLOCK-wide blocks to fill the
     GPU, and rows long enough (as plan() decides it)."""
     xb = min(pow2(xn), OUTER_XBLOCK)
-    return cdiv(xn, xb) < 2 * SM_COUNT and rn // outer_rblock(xb) >= 2 * SPLIT_MIN_ITERATIONS
+    return _worth_splitting(cdiv(xn, xb), rn // outer_rblock(xb))
+
+
+def _worth_splitting(xblocks: int, iterations: int) -> bool:
+    """Too few blocks of rows to fill the GPU, each with loop iterations enough to share."""
+    return xblocks < 2 * SM_COUNT and iterations >= 2 * SPLIT_MIN_ITERATIONS
 
 
 def _fill(xn: int, xb: int, floor: int) -> int:
