@@ -136,23 +136,13 @@ class TritonKernel:
             return 0, 0
         if self.rnumel < 2 * max(c["RBLOCK"] for c in self.plan.configs):
             return 0, 0
-        if any(m.role == "reduction" and m.node.buffer.reduction_type in ("argmax", "argmin") for m in self.k.members):
-            return 0, 0  # they report positions along r
-        strides, sizes = set(), set()
-        for idx, size, indirect in self._accesses():
-            idx = sympy.expand(self.simplify(idx))
-            if R not in idx.free_symbols:
-                continue
-            stride = idx.coeff(X)
-            if indirect or idx != R + stride * X or not stride.is_Integer:
-                return 0, 0
-            strides.add(int(stride))
-            sizes.add(size)
-        if any(R in e.args[0].free_symbols for m in self.k.members for e in m.value.walk() if e.op == "index"):
+        accesses = [(sympy.expand(self.simplify(idx)), size, indirect) for idx, size, indirect in self._accesses()]
+        along_r = [a for a in accesses if R in a[0].free_symbols]
+        indirect = any(a[2] for a in along_r)
+        stride = triton_config.row_stride(self.k, None if indirect else [idx for idx, _, _ in along_r])
+        if stride is None:
             return 0, 0
-        if len(strides) != 1 or not sizes:
-            return 0, 0
-        stride, vec = strides.pop(), 16 // min(sizes)
+        vec = 16 // min(size for _, size, _ in along_r)
         return (stride, vec) if stride % vec else (0, 0)
 
     def _alignment(self, idx: sympy.Expr, itemsize: int) -> int | None:
