@@ -185,10 +185,11 @@ def choose_tile(kernel: FusedKernel) -> int | None:
     return None
 
 
-def _indices(kernel: FusedKernel) -> list:
+def _indices(kernel: FusedKernel, var=X) -> list:
+    """The index of each store and of each direct load from outside, where it walks `var`."""
     out = [sympy.expand(m.store_index) for m in kernel.members if m.stored]
     out += [sympy.expand(e.args[1]) for e in external_loads(kernel) if not e.args[2]]
-    return [i for i in out if X in i.free_symbols]
+    return [i for i in out if var in i.free_symbols]
 
 
 def external_loads(kernel: FusedKernel) -> list:
@@ -206,13 +207,10 @@ def _row_inputs(kernel: FusedKernel) -> set:
 
 
 def _row_indices(kernel: FusedKernel) -> list | None:
-    """The index of each access along r (loads from outside and stores); None when
-    one is indirect."""
-    loads = external_loads(kernel)
-    if any(e.args[2] and R in sympy.expand(e.args[1]).free_symbols for e in loads):
+    """The index of each access along r; None when one is indirect."""
+    if any(e.args[2] and R in sympy.expand(e.args[1]).free_symbols for e in external_loads(kernel)):
         return None
-    out = [sympy.expand(e.args[1]) for e in loads] + [sympy.expand(m.store_index) for m in kernel.members if m.stored]
-    return [i for i in out if R in i.free_symbols]
+    return _indices(kernel, R)
 
 
 def row_stride(kernel: FusedKernel, indices: list | None) -> int | None:
