@@ -78,12 +78,13 @@ class Plan:
     coop: bool = False  # reductions: a row's programs meet at barriers (see the module doc)
     # a 1-D pointwise kernel's loads of consecutive elements, and a persistent block's
     # loads of rows up to PERSISTENT_MAX_RBLOCK long, ask L2 to keep them (evict_last),
-    # though each is read once. Measured, cause not established. H200, us per call /
-    # back to back over inputs that outgrow L2: x * 2 fp32 [8192, 4096] 68.0/66.0 ->
-    # 66.7/65.0, a + b 98.3/95.2 -> 96.4/94.3, sin chain 10M 24.2/22.2 -> 23.7/21.8;
-    # softmax fp32 [8192, 4096] 69.0/66.8 -> 66.7/65.2, rms_norm 69.9/67.6 -> 67.4/65.8,
-    # bf16 2-4%. Wider rows gain or lose up to 3% (layer_norm fp32 [4096, 12292] 114.3
-    # -> 115.9 per call); evict_first lost up to 3% on big inputs
+    # though each is read once. Measured, cause not established. H200, us per call
+    # (do_bench) / back to back over inputs that outgrow L2: softmax fp32 [8192, 4096]
+    # 69.0/66.8 -> 66.7/65.2, rms_norm 69.9/67.6 -> 67.4/65.8, bf16 2-4%; x * 2 fp32
+    # [8192, 4096] 68.0/66.0 -> 66.7/65.0, a + b 98.3/95.2 -> 96.4/94.3 (bench/gpu.py's
+    # single calls after an L2 flush see no change on pointwise: sin chain 10M 22.7 both).
+    # Wider rows gain or lose up to 3% (layer_norm fp32 [4096, 12292] 114.3 -> 115.9);
+    # evict_first lost up to 3% on big inputs
     evict_last_streams: bool = False
     configs: list = dataclasses.field(default_factory=list)
 
