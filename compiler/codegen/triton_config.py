@@ -84,7 +84,7 @@ class Plan:
     # [8192, 4096] 68.0/66.0 -> 66.7/65.0, a + b 98.3/95.2 -> 96.4/94.3 (bench/gpu.py's
     # single calls after an L2 flush see no change on pointwise: sin chain 10M 22.7 both).
     # Wider rows gain or lose up to 3% (layer_norm fp32 [4096, 12292] 114.3 -> 115.9);
-    # evict_first lost up to 3% on big inputs
+    # evict_first instead was mixed (a + b 98.3 -> 101.5, softmax [4096, 12292] 102.2 -> 107.1)
     evict_last_streams: bool = False
     configs: list = dataclasses.field(default_factory=list)
 
