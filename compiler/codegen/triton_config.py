@@ -102,7 +102,8 @@ def plan(kernel: FusedKernel, device: torch.device, itemsize: int, int64: bool =
     rn = max(kernel.rnumel, 1)
     inner = reduces_contiguous(kernel)
     rblock = pow2(rn)
-    limit = PERSISTENT_MAX_RBLOCK.get(min(itemsize, 8), 4096) if inner else OUTER_PERSISTENT_MAX_RBLOCK
+    narrow = PERSISTENT_MAX_RBLOCK.get(min(itemsize, 8), 4096)  # rows any target holds in registers
+    limit = narrow if inner else OUTER_PERSISTENT_MAX_RBLOCK
     if gpu and inner and itemsize <= 4 and len(_row_inputs(kernel)) <= WIDE_PERSISTENT_MAX_INPUTS:
         limit = max(limit, WIDE_PERSISTENT_MAX_RBLOCK)
     # one pass over r reads each row once either way: long rows then loop, so
@@ -114,7 +115,7 @@ def plan(kernel: FusedKernel, device: torch.device, itemsize: int, int64: bool =
         persistent = stride is None or stride * itemsize % 16 == 0
     p = Plan(True, persistent=persistent)
     if p.persistent:
-        p.evict_last_streams = inner and rblock <= PERSISTENT_MAX_RBLOCK.get(min(itemsize, 8), 4096)
+        p.evict_last_streams = inner and rblock <= narrow
         p.configs = _persistent_configs(xn, rblock, inner, gpu, itemsize)
         return p
     if gpu and inner and kernel.loops > 1 and not int64 and cooperative_rows(xn, rn) and cooperates(kernel):
