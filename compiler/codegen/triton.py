@@ -566,11 +566,12 @@ class TritonKernel:
                 body.append("    tl.debug_barrier()")
             # L2 keeps what a later loop reads again and lets the rest stream through
             # (H100: GroupNorm statistics 48 -> 41 us; softmax over [2048, 50257]
-            # fp32: 444 -> 414 us). Rows of 2-byte elements read again stay in L2
-            # without hints, which cost them 3-5% (bf16 softmax: 263 -> 253 us)
+            # fp32: 444 -> 414 us). Rows of 2-byte elements too, now that the rows
+            # written leave first (H200, [2048, 50257] bf16: softmax 159.5 -> 155.4
+            # us, layer_norm 222.5 -> 207.8; before the stores were hinted, these
+            # hints cost bf16 softmax 3-5% on an H100)
             later = set().union(*loop_reads)
-            self.evict = {n: "evict_last" if n in later else "evict_first" for n in reads
-                          if not (n in again and self._itemsize(n) < 4)}
+            self.evict = {n: "evict_last" if n in later else "evict_first" for n in reads}
             self._loop(members, row_cse, body)
             self.evict = {}
             written |= {m.node.name for m in members if m.stored and m.role == "full"}
