@@ -229,6 +229,22 @@ def test_result_and_its_column_sum_are_one_pass(device, shape):
     assert len(walks) == 3 * loops and all(f"({shape[1]} * r0 + x0)" in line for line in walks), src
 
 
+@pytest.mark.parametrize("itemsize", [4, 2])
+def test_small_pointwise_grids_take_16_bytes_a_thread(itemsize):
+    """On a GPU, 4-warp programs move 32 bytes a thread per access, unless their
+    grid would leave warp slots of the SMs empty: then 16, twice the warps in
+    flight (H200, PointwiseModel [1024, 1024]: 6.14 -> 5.47 us per call)."""
+    from compiler.codegen import triton_config
+
+    def config(numel):
+        (cfg,) = triton_config._pointwise_configs(numel, True, itemsize)
+        return cfg["XBLOCK"] * itemsize // (32 * cfg["num_warps"]), cfg["grid"] * cfg["num_warps"]
+
+    big, small = config(10_000_000), config(1 << 20)
+    assert big[0] == 32 and big[1] >= triton_config.SM_COUNT * triton_config.SM_MAX_WARPS
+    assert small[0] == 16 and small[1] <= triton_config.SM_COUNT * triton_config.SM_MAX_WARPS
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("rows", [100, 140])
 def test_long_rows_split_only_under_one_program_an_sm(device, rows):
@@ -294,17 +310,14 @@ def test_long_row_softmax_is_online(device, dtype):
     for loop in (first, second):  # rows not on 16 bytes: only the first and last blocks mask r
         head, whole, tail = loop.split("for roffset")
         assert "r0 >= 0" in head and "tl.full([1, RBLOCK], True" in whole and "r0 < rnumel" in tail
-    def lines(text, op):
-        return [line for line in text.splitlines() if op in line]
-
-    first_loads, second_loads = lines(first, "tl.load("), lines(second, "tl.load(")
-    assert len(first_loads) == len(second_loads) == 3
     # L2 keeps the row for the second pass, which then lets it go; the rows
     # written leave L2 before the rows read again
+    first_loads = [line for line in first.splitlines() if "tl.load(" in line]
+    second_loads = [line for line in second.splitlines() if "tl.load(" in line]
+    stores = [line for line in src.splitlines() if "tl.store(" in line]
+    assert len(first_loads) == len(second_loads) == 3 and len(stores) == 6, src
     assert all("evict_last" in line for line in first_loads)
-    assert all("evict_first" in line for line in second_loads)
-    stores = lines(src, "tl.store(")
-    assert len(stores) == 6 and all("evict_first" in line for line in stores), stores
+    assert all("evict_first" in line for line in second_loads + stores)
 
 
 @pytest.mark.parametrize("device", DEVICES)
