@@ -418,7 +418,9 @@ def _splits_rows_alone(kernel: FusedKernel, device) -> str:
                     "walk every row in narrower blocks")
         return ""
     if kernel.xnumel < 2 * tc.SM_COUNT and kernel.rnumel > tc.WIDE_PERSISTENT_MAX_RBLOCK:
-        alone = "splits its rows across programs" if kernel.xnumel < tc.SM_COUNT else "reads each row once"
+        # a GPU program of a looped reduction along the contiguous dim takes one row
+        splits = kernel.xnumel < tc.split_blocks(inner=True)
+        alone = "splits its rows across programs" if splits else "reads each row once"
         return (f"{kernel.xnumel} rows of {kernel.rnumel}: alone, the reduction {alone}; a per-element "
                 "consumer would make every row one program that reads it twice")
     return ""

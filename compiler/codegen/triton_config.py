@@ -272,15 +272,20 @@ def splits_outer_rows(xn: int, rn: int) -> bool:
     return _worth_splitting(cdiv(xn, xb), rn // outer_rblock(xb), inner=False)
 
 
-def _worth_splitting(xblocks: int, iterations: int, inner: bool) -> bool:
-    """Too few blocks of rows to fill the GPU, each with loop iterations enough to
-    share. Blocks of strided columns: under two an SM. Rows along the contiguous
-    dim: under one an SM, as a program per row streams it at full speed from
-    there on (H200, per call, split against not: group_norm 8 groups [32, 256, 56,
-    56], 256 rows of 100352, fp32 87.9 -> 84.8 us, bf16 65.1 -> 63.1; layer_norm
+def split_blocks(inner: bool) -> int:
+    """Blocks of rows too few to fill the GPU, under which a looped reduction
+    splits them. Blocks of strided columns: two an SM. Rows along the contiguous
+    dim: one an SM, as a program per row streams it at full speed from there on
+    (H200, per call, split against not: group_norm 8 groups [32, 256, 56, 56],
+    256 rows of 100352, fp32 87.9 -> 84.8 us, bf16 65.1 -> 63.1; layer_norm
     [160, 100352] 54.9 -> 53.3, [256, 100352] 83.8 -> 80.4; sum [256, 100352]
     35.2 -> 31.4, [200, 65536] 20.1 -> 18.6)."""
-    return xblocks < (SM_COUNT if inner else 2 * SM_COUNT) and iterations >= 2 * SPLIT_MIN_ITERATIONS
+    return SM_COUNT if inner else 2 * SM_COUNT
+
+
+def _worth_splitting(xblocks: int, iterations: int, inner: bool) -> bool:
+    """Too few blocks of rows to fill the GPU, each with loop iterations enough to share."""
+    return xblocks < split_blocks(inner) and iterations >= 2 * SPLIT_MIN_ITERATIONS
 
 
 def _fill(xn: int, xb: int, floor: int) -> int:
