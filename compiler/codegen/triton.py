@@ -34,7 +34,7 @@ INT32_LIMIT = 2**31 - 1
 # 272 us, 8192: 431; layer_norm fp32 255 and 311; softmax bf16 2048: 164, 8192:
 # 277), while aligned rows of 50264 take 8192 (softmax fp32 250 against 295)
 SHIFTED_MULTIPASS_MAX_RBLOCK = 4096
-INT_HELPERS = ("_floordiv", "_truncdiv", "_int_fmod", "_int_remainder", "_int_pow")
+CALLED_HELPERS = ("_floordiv", "_truncdiv", "_int_fmod", "_int_remainder", "_int_pow", "_erf")
 
 
 class Value:
@@ -286,9 +286,9 @@ class TritonKernel:
             return unary(s.op, codes[0], in_t) if len(codes) == 1 else binary(s.op, codes[0], codes[1], in_t)
 
         code = render(args)
-        if "libdevice." in code and not all(a.tensor for a in args):  # libdevice takes tensors only
+        if ("libdevice." in code or "_erf(" in code) and not all(a.tensor for a in args):  # these take tensors only
             code = render([self.as_tensor(a, x.dtype) for a, x in zip(args, [x for x in s.args if isinstance(x, ir.Expr)])])
-        self.helpers.update(h for h in INT_HELPERS if h + "(" in code)
+        self.helpers.update(h for h in CALLED_HELPERS if h + "(" in code)
         return Value(code, axes)
 
     def _cast(self, a: Value, src: torch.dtype, dst: torch.dtype) -> Value:

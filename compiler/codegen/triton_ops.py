@@ -85,11 +85,15 @@ LIBDEVICE_UNARY = {
 }
 TL_UNARY = {"exp": "tl.exp", "log": "tl.log", "log2": "tl.log2", "sin": "tl.sin", "cos": "tl.cos",
             "floor": "tl.floor", "ceil": "tl.ceil", "erf": "tl.erf", "abs": "tl.abs"}
+# ops of float32 with a helper of our own (see HELPERS) in place of libdevice's
+FP32_HELPERS = {"erf": "_erf"}
 LIBDEVICE_BINARY = {"atan2", "hypot", "copysign", "nextafter"}
 
 
 def unary(op: str, a: str, t: torch.dtype) -> str:
     fp = t.is_floating_point
+    if op in FP32_HELPERS and t == torch.float32:
+        return f"{FP32_HELPERS[op]}({a})"
     if op in TL_UNARY and (fp or op == "abs"):
         return f"{TL_UNARY[op]}({a})"
     if op in LIBDEVICE_UNARY:
@@ -198,6 +202,28 @@ def _int_pow(a, b):
         neg = tl.where(a == 1, 1, tl.where(a == -1, tl.where((b & 1) != 0, -1, 1), 0))
         r = tl.where(b < 0, neg, r)
     return r
+""",
+    # libdevice's erff as eager's CUDA kernels run it (no flush to zero: Triton links
+    # libdevice's flushing variant, which gives 0 for subnormal x), bit for bit, with
+    # both sets of coefficients written out: libdevice picks one set per element, and
+    # ptxas then moves those seven constants into registers for every element. H200,
+    # bias + GELU on [8192, 4096] bf16, bound by instruction issue: 49.7 -> 43.0 us
+    "_erf": """@triton.jit
+def _erf(x):
+    a = tl.abs(x)
+    big = a >= 1.002959966659546
+    t = tl.where(big, a, x * x)
+    # erf(x) = 1 - 2^(-|x| (1 + pb(|x|))) above 1.00296, x (1 + ps(x^2)) below
+    pb = tl.fma(tl.fma(tl.fma(tl.fma(tl.fma(tl.fma(
+        0.00011219871521461755, t, -0.0013275252422317863), t, 0.00839653518050909), t,
+        -0.04024658352136612), t, 0.15950430929660797), t, 0.9129176735877991), t, 0.6290600299835205)
+    ps = tl.fma(tl.fma(tl.fma(tl.fma(tl.fma(tl.fma(
+        8.483494457323104e-05, t, -0.0008213091641664505), t, 0.005213488824665546), t,
+        -0.026868773624300957), t, 0.11284004896879196), t, -0.37612664699554443), t, 0.12837915122509003)
+    s = tl.where(big, -a, x)
+    r = tl.fma(tl.where(big, pb, ps), s, s)
+    e = (1.0 - tl.exp2(r)).to(tl.uint32, bitcast=True) | (x.to(tl.uint32, bitcast=True) & 0x80000000)
+    return tl.where(big, e.to(tl.float32, bitcast=True), r)
 """,
     "_to_bf16": """@triton.jit
 def _to_bf16(x):
