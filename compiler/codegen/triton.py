@@ -657,8 +657,12 @@ class TritonKernel:
         acc, sacc = f"_acc_{m.node.name}", f"_acc_{s.node.name}"
         d, e = f"{sacc}_d", f"{sacc}_e"
         body.append(f"{ind}{d} = {code} - {sacc}_max")
-        body.append(f"{ind}{e} = tl.exp(-tl.abs({d}))")
-        step = f"tl.where({acc} == float('-inf'), 0.0, tl.where({d} > 0, {sacc} * {e} + 1.0, {sacc} + {e}))"
+        exp = "tl.exp"
+        if self.device.type == "cuda" and s.value.dtype == torch.float32:
+            exp = "_exp_ftz"  # exp(d) < 2^-126 added to a sum >= 1 vanishes, flushed or not
+            self.helpers.add(exp)
+        body.append(f"{ind}{e} = {exp}(-tl.abs({d}))")
+        step = f"tl.where({acc} == float('-inf'), 0.0, tl.where({d} > 0, tl.fma({sacc}, {e}, 1.0), {sacc} + {e}))"
         if self.need_mask["r"]:
             step = f"tl.where(rmask, {step}, {sacc})"
         body.append(f"{ind}{sacc} = {step}")

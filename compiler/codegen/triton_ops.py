@@ -225,6 +225,15 @@ def _erf(x):
     e = (1.0 - tl.exp2(r)).to(tl.uint32, bitcast=True) | (x.to(tl.uint32, bitcast=True) & 0x80000000)
     return tl.where(big, e.to(tl.float32, bitcast=True), r)
 """,
+    # exp as one ex2.approx.ftz (a multiply and MUFU.EX2): tl.exp keeps subnormal
+    # results, at three more instructions an element. For the online softmax's step,
+    # where the FMA also saves one (kernels that round to bf16 have FP fusion off).
+    # H200, softmax over [2048, 50257]: bf16 156.5 -> 142.8 us, fp32 280.5 -> 265.5
+    "_exp_ftz": """@triton.jit
+def _exp_ftz(x):
+    return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x * 1.4426950408889634],
+                                     dtype=tl.float32, is_pure=True, pack=1)
+""",
     "_to_bf16": """@triton.jit
 def _to_bf16(x):
     u = x.to(tl.uint32, bitcast=True)

@@ -344,6 +344,11 @@ def test_long_row_softmax_is_online(device, dtype):
     assert len(first_loads) == len(second_loads) == 3 and len(stores) == 6, src
     assert all("evict_last" in line for line in first_loads)
     assert all("evict_first" in line for line in second_loads + stores)
+    # the step's exp is one ex2.approx.ftz on the GPU (what it flushes would vanish
+    # in the sum anyway), and the rescaling an FMA
+    steps = [line for line in first.splitlines() if "_e = " in line]
+    assert len(steps) == 3 and all(("_exp_ftz(" in line) == (device == "cuda") for line in steps), steps
+    assert first.count("tl.fma(") == 3
 
 
 @pytest.mark.parametrize("device", DEVICES)
