@@ -25,7 +25,8 @@ from ..index import fold_divmod, simplify_with_ranges, upper_bound
 from ..scheduler import R, X, FusedKernel, Member
 from . import triton_config
 from .common import kernel_args, member_order
-from .triton_ops import HELPER_DEPS, HELPERS, REDUCTION_INIT, TL_DTYPE, binary, literal, texpr, unary
+from .triton_ops import (FP32_HELPERS, HELPER_DEPS, HELPERS, REDUCTION_INIT, TL_DTYPE, binary, literal,
+                         takes_tensors_only, texpr, unary)
 
 Y = triton_config.Y
 INT32_LIMIT = 2**31 - 1
@@ -34,7 +35,7 @@ INT32_LIMIT = 2**31 - 1
 # 272 us, 8192: 431; layer_norm fp32 255 and 311; softmax bf16 2048: 164, 8192:
 # 277), while aligned rows of 50264 take 8192 (softmax fp32 250 against 295)
 SHIFTED_MULTIPASS_MAX_RBLOCK = 4096
-CALLED_HELPERS = ("_floordiv", "_truncdiv", "_int_fmod", "_int_remainder", "_int_pow", "_erf")
+CALLED_HELPERS = ("_floordiv", "_truncdiv", "_int_fmod", "_int_remainder", "_int_pow", *FP32_HELPERS.values())
 
 
 class Value:
@@ -286,7 +287,7 @@ class TritonKernel:
             return unary(s.op, codes[0], in_t) if len(codes) == 1 else binary(s.op, codes[0], codes[1], in_t)
 
         code = render(args)
-        if ("libdevice." in code or "_erf(" in code) and not all(a.tensor for a in args):  # these take tensors only
+        if takes_tensors_only(code) and not all(a.tensor for a in args):
             code = render([self.as_tensor(a, x.dtype) for a, x in zip(args, [x for x in s.args if isinstance(x, ir.Expr)])])
         self.helpers.update(h for h in CALLED_HELPERS if h + "(" in code)
         return Value(code, axes)
