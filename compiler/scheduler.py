@@ -394,7 +394,7 @@ def _splits_rows_alone(kernel: FusedKernel, device) -> str:
     alone, the planner splits its rows across programs or streams each row once,
     and the consumer, which needs whole rows reduced, would take that away.
     - Rows along the contiguous dim: few rows (under two programs an SM), each
-      longer than a program holds in registers. Fused, every row would be one
+      longer than a program holds in registers (of 32-bit elements). Fused, every row would be one
       program that reads its row twice: under one program an SM, alone, the rows
       split; up to two, a program per row reads it once (H200, group_norm 8
       groups [32, 256, 56, 56], 256 rows of 100352, per call: 101.0 us as one
@@ -417,7 +417,7 @@ def _splits_rows_alone(kernel: FusedKernel, device) -> str:
                     f"programs in blocks of {tc.OUTER_XBLOCK} columns; a per-element consumer would make each program "
                     "walk every row in narrower blocks")
         return ""
-    if kernel.xnumel < 2 * tc.SM_COUNT and kernel.rnumel > tc.WIDE_PERSISTENT_MAX_RBLOCK:
+    if kernel.xnumel < 2 * tc.SM_COUNT and kernel.rnumel > max(tc.WIDE_PERSISTENT_MAX_RBLOCK.values()):
         # a GPU program of a looped reduction along the contiguous dim takes one row
         splits = kernel.xnumel < tc.split_blocks(inner=True)
         alone = "splits its rows across programs" if splits else "reads each row once"

@@ -27,12 +27,18 @@ SM_COUNT = 132  # H100 / H200
 AUTOTUNE_MIN_ELEMENTS = 1 << 22  # smaller kernels run their first guess
 # rows up to this many elements (padded to a power of 2) stay in registers
 PERSISTENT_MAX_RBLOCK = {1: 8192, 2: 8192, 4: 4096, 8: 2048}
-# ... and on a GPU, rows up to this many when the kernel reads at most
-# WIDE_PERSISTENT_MAX_INPUTS row-long tensors: 16-32 warps hold them, and each
+# ... and on a GPU, rows up to this many (by element size) when the kernel reads at
+# most WIDE_PERSISTENT_MAX_INPUTS row-long tensors: 16-32 warps hold them, and each
 # row is read from memory once, not once per loop over it (H100, against looping:
 # softmax bf16 [4096, 12289] 125 -> 89 us, fp32 [8192, 8192] 215 -> 182,
-# fp32 [4096, 32000] 401 -> 356; rms_norm bf16 [2048, 25088] 93 -> 76)
-WIDE_PERSISTENT_MAX_RBLOCK = 32768
+# fp32 [4096, 32000] 401 -> 356). 16-bit rows past 16384 loop: since the looped
+# form's later gains it runs them faster (H200, per call, persistent against
+# looped: bf16 softmax [4096, 32000] 163.9 / 149.7 us, layer_norm [2048, 25088]
+# 78.4 / 69.9, rms_norm 64.0 / 59.1, group_norm 32 groups 52.8 / 51.4; float32
+# rows of as many elements mostly stay faster in registers: rms_norm [2048, 25088]
+# 102.0 / 113.9, softmax [4096, 32000] 254.1 / 275.7, layer_norm [4096, 16384]
+# 134.4 / 153.9, though group_norm 70.8 / 67.1)
+WIDE_PERSISTENT_MAX_RBLOCK = {1: 16384, 2: 16384, 4: 32768}
 WIDE_PERSISTENT_MAX_INPUTS = 3
 # ... unless the rows do not start on 16 bytes and are longer than this: a
 # persistent block then loads element by element, while the looped form walks each
@@ -53,6 +59,7 @@ MULTIPASS_STEP_BYTES = 32 << 10
 # split a looped reduction when a row has at least this many loop iterations per split
 SPLIT_MIN_ITERATIONS = 4
 SM_MAX_WARPS = 64  # resident on an H100 / H200 SM
+POINTWISE_WARPS = 4  # a 1-D pointwise program's, fewer where its block is small (16 bytes a thread)
 SPLIT_WARPS_PER_SM = 32  # of the SM_MAX_WARPS
 TILE_MIN = 16  # both dims of a 2-D tile at least this long
 # a cooperative program's first-guess slice of its row
@@ -106,7 +113,7 @@ def plan(kernel: FusedKernel, device: torch.device, itemsize: int, int64: bool =
     narrow = PERSISTENT_MAX_RBLOCK.get(min(itemsize, 8), 4096)  # rows any target holds in registers
     limit = narrow if inner else OUTER_PERSISTENT_MAX_RBLOCK
     if gpu and inner and itemsize <= 4 and len(_row_inputs(kernel)) <= WIDE_PERSISTENT_MAX_INPUTS:
-        limit = max(limit, WIDE_PERSISTENT_MAX_RBLOCK)
+        limit = max(limit, WIDE_PERSISTENT_MAX_RBLOCK[itemsize])
     # one pass over r reads each row once either way: long rows then loop, so
     # that the block size along r can be tuned (one iteration = persistent)
     one_pass = all(m.phase <= 1 for m in kernel.members)
@@ -146,18 +153,18 @@ def _pointwise_configs(xn: int, gpu: bool, itemsize: int) -> list:
     def cfg(xb, warps):
         return dict(XBLOCK=xb, num_warps=warps, num_stages=1, grid=cdiv(xn, xb))
 
-    xb = 1024 * max(1, 4 // itemsize)  # 32 bytes per thread and access with 4 warps
+    xb = 1024 * max(1, 4 // itemsize)  # 32 bytes per thread and access with POINTWISE_WARPS
     # a grid too small to fill every SM's warp slots takes 16 bytes a thread:
     # twice the warps in flight (H200, per call: PointwiseModel [1024, 1024] 6.34
     # -> 5.66 us, [256, 1024] 5.12 -> 4.48), while bigger ones keep 32 (bias_gelu
     # [8192, 4096] fp32 67.0 -> 69.7 us with 16, bf16 50.1 -> 54.5)
-    if cdiv(xn, xb) * 4 < SM_COUNT * SM_MAX_WARPS:
+    if cdiv(xn, xb) * POINTWISE_WARPS < SM_COUNT * SM_MAX_WARPS:
         xb //= 2
     while xb > 128 and cdiv(xn, xb) < SM_COUNT:
         xb //= 2
     xb = min(xb, pow2(xn))
     # no tuning: on an H100, twice the block with 4 or 8 warps ran no faster
-    return [cfg(xb, 4 if xb * itemsize >= 2048 else 2 if xb * itemsize >= 1024 else 1)]
+    return [cfg(xb, _warps(xb, itemsize, lo=1, hi=POINTWISE_WARPS, thread_bytes=16))]
 
 
 def _tiled_configs(yn: int, xn: int, gpu: bool, itemsize: int) -> list:
