@@ -104,10 +104,16 @@ class FusedKernel:
         """Number of reduction loops (passes over r) the kernel makes."""
         return 1 + max((m.phase // 2 for m in self.members if m.phase >= 0), default=0)
 
-    def can_split(self) -> bool:
+    def can_split(self, online_sums: bool = False) -> bool:
         """One pass over r, then per-row code only: programs can each reduce a part
-        of a row, and the last to finish combine them."""
+        of a row, and the last to finish combine them. With `online_sums`, a
+        softmax's sum of exp(a - max(a)) counts as part of its max's pass (the
+        Triton renderer keeps it relative to a running max, and combines a
+        row's partial sums relative to their partial maxes)."""
+        online = set(online_softmax_sums(self.members).values()) if online_sums else set()
         for m in self.members:
+            if m in online:
+                continue
             if m.role == "reduction" and (m.phase != 0 or m.node.buffer.reduction_type not in REDUCTIONS_THAT_SPLIT):
                 return False
             if m.phase > 1:
@@ -129,6 +135,24 @@ class ExternStep:
 
 X, R = symbol("x0"), symbol("r0")
 REDUCTIONS_THAT_SPLIT = {"sum", "prod", "max", "min", "any", "all"}
+
+
+def online_softmax_sums(members: list[Member]) -> dict:
+    """{max member: sum member} for sum(exp(a - max(a))) over the same rows as
+    max(a), in the loop after the max's (softmax, log_softmax)."""
+    out = {}
+    maxes = {m.node.name: m for m in members if m.role == "reduction" and m.node.buffer.reduction_type == "max"}
+    for s in members:
+        if s.role != "reduction" or s.node.buffer.reduction_type != "sum":
+            continue
+        e = s.value
+        if e.op != "exp" or e.args[0].op != "sub":
+            continue
+        a, shift = e.args[0].args
+        m = maxes.get(shift.args[0]) if shift.op == "load" else None
+        if m is not None and m.value == a and s.phase == m.phase + 2 and R not in shift.args[1].free_symbols:
+            out[m] = s
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -389,14 +413,20 @@ class Scheduler:
                     m.stored = True
 
 
+def _renders_triton(device) -> bool:
+    """Whether this device's kernels are Triton's (which split a softmax's online sums)."""
+    return device.type == "cuda" or config.cpu_target == "triton"
+
+
 def _splits_rows_alone(kernel: FusedKernel, device) -> str:
     """Why a per-element consumer must not join this reduction ("" when it may):
     alone, the planner splits its rows across programs or streams each row once,
     and the consumer, which needs whole rows reduced, would take that away.
     - Rows along the contiguous dim: few rows (under two programs an SM), each
-      longer than a program holds in registers (of 32-bit elements). Fused, every row would be one
-      program that reads its row twice: under one program an SM, alone, the rows
-      split; up to two, a program per row reads it once (H200, group_norm 8
+      longer than a program holds in registers (of 32-bit elements). Fused,
+      every row would be one program that reads its row twice: under one
+      program an SM, alone, the rows split; up to two, a program per row reads
+      it once (H200, group_norm 8
       groups [32, 256, 56, 56], 256 rows of 100352, per call: 101.0 us as one
       kernel, 84.8 as two). With more or shorter rows, a consumer that reads the
       rows again in the same kernel finds them in cache (group_norm 32 groups:
@@ -406,18 +436,30 @@ def _splits_rows_alone(kernel: FusedKernel, device) -> str:
       OUTER_XBLOCK columns on every SM. Fused, each program walks all rows in
       blocks narrow enough to fill the GPU, down to 8 columns: 16 or 32 bytes of
       each 128-byte line (H200, x - x.mean(0) per call: bf16 [8192, 4096] 147 us
-      as one kernel, 65 as two; fp32 [16384, 4096] 323 -> 205)."""
+      as one kernel, 65 as two; fp32 [16384, 4096] 323 -> 205).
+    - A softmax over a strided dim (softmax(0)), whose max and sum of exp split
+      together in Triton: under one such block an SM. Fused, its programs each
+      read their rows twice; split, the reduction reads them once and the
+      consumer once more (H200, per call, one kernel against two: softmax(0)
+      fp32 [65536, 256] 344 -> 96 us, [4096, 4096] 78.5 -> 60.9, bf16 [32768,
+      64] 114 -> 27; but fp32 [1024, 16384], 256 blocks, 55.9 against 63.3)."""
     from .codegen import triton_config as tc  # it imports this module
 
-    if not kernel.can_split() or (device.type == "cuda" and tc.cooperative_rows(kernel.xnumel, kernel.rnumel)):
+    if device.type == "cuda" and tc.cooperative_rows(kernel.xnumel, kernel.rnumel):
         return ""
     if not tc.reduces_contiguous(kernel):
-        if tc.splits_outer_rows(kernel.xnumel, kernel.rnumel):
-            return (f"{kernel.xnumel} columns of {kernel.rnumel} rows: alone, the reduction splits its rows across "
-                    f"programs in blocks of {tc.OUTER_XBLOCK} columns; a per-element consumer would make each program "
-                    "walk every row in narrower blocks")
+        xn, rn = kernel.xnumel, kernel.rnumel
+        alone = (f"{xn} columns of {rn} rows: alone, the reduction splits its rows across programs "
+                 f"in blocks of {tc.OUTER_XBLOCK} columns")
+        if kernel.can_split() and tc.splits_outer_rows(xn, rn):
+            return f"{alone}; a per-element consumer would make each program walk every row in narrower blocks"
+        online = kernel.can_split(online_sums=_renders_triton(device))
+        if online and tc.splits_outer_rows(xn, rn) and tc.cdiv(xn, tc.OUTER_XBLOCK) < tc.SM_COUNT:
+            return (f"{alone}; a per-element consumer would leave SMs without a block of columns, "
+                    "each program walking every row twice")
         return ""
-    if kernel.xnumel < 2 * tc.SM_COUNT and kernel.rnumel > max(tc.WIDE_PERSISTENT_MAX_RBLOCK.values()):
+    longest_held = max(tc.WIDE_PERSISTENT_MAX_RBLOCK.values())
+    if kernel.can_split() and kernel.xnumel < 2 * tc.SM_COUNT and kernel.rnumel > longest_held:
         # a GPU program of a looped reduction along the contiguous dim takes one row
         splits = kernel.xnumel < tc.split_blocks(inner=True)
         alone = "splits its rows across programs" if splits else "reads each row once"

@@ -22,7 +22,7 @@ import torch
 
 from .. import ir
 from ..index import fold_divmod, simplify_with_ranges, upper_bound
-from ..scheduler import R, X, FusedKernel, Member
+from ..scheduler import R, X, FusedKernel, Member, online_softmax_sums
 from . import triton_config
 from .common import kernel_args, member_order
 from .triton_ops import (FP32_HELPERS, HELPER_DEPS, HELPERS, REDUCTION_INIT, TL_DTYPE, binary, literal,
@@ -633,22 +633,8 @@ class TritonKernel:
         """{max member: sum member} for sum(exp(a - max(a))) over a looped row
         (softmax, log_softmax): the sum is kept relative to a running max in
         the max's loop, which saves a pass over the row."""
-        if self.split > 1:
-            return {}
-        out = {}
-        maxes = {m.node.name: m for m in self.k.members
-                 if m.role == "reduction" and m.node.buffer.reduction_type == "max" and m.node.name not in self.alias}
-        for s in self.k.members:
-            if s.role != "reduction" or s.node.buffer.reduction_type != "sum" or s.node.name in self.alias:
-                continue
-            e = s.value
-            if e.op != "exp" or e.args[0].op != "sub":
-                continue
-            a, shift = e.args[0].args
-            m = maxes.get(shift.args[0]) if shift.op == "load" else None
-            if m is not None and m.value == a and s.phase == m.phase + 2 and R not in shift.args[1].free_symbols:
-                out[m] = s
-        return out
+        return {m: s for m, s in online_softmax_sums(self.k.members).items()
+                if m.node.name not in self.alias and s.node.name not in self.alias}
 
     def _online_step(self, m: Member, s: Member, code: str, ind: str, body: list[str]):
         """After the max's update: rescale the sum to the new max, add this block,
@@ -786,24 +772,33 @@ class TritonKernel:
         ]
         ind = "        "
         mask = "xmask & smask" if self.need_mask["x"] else "smask"
+        bases = {s: m for m, s in self.online.items()}
         for i, m in enumerate(reds):
-            body += self._combine_partials(m, f"ws_ptr{i}", "nsplit", mask, ind)
+            body += self._combine_partials(m, f"ws_ptr{i}", "nsplit", mask, ind, bases.get(m))
         for m in reds:
             self.store(m, self.regs[m.node.name], body, ind)
         cse = dict(row_cse)
+        moved = set(self.online.values())  # combined above, with their maxes
         for phase, members in member_order(self.k):
             for m in members:
-                if m.node.name in self.alias or phase > 0:  # an alias takes its twin's value
+                if (m.node.name in self.alias or phase > 0) and m not in moved:  # an alias takes its twin's value
                     self._member(m, cse, body, ind)
         body.append(f"{ind}tl.atomic_xchg(sem_ptr + pid // nsplit, 0)  # ready for the next launch")
 
-    def _combine_partials(self, m: Member, ws: str, row_stride: str, mask: str, ind: str) -> list[str]:
+    def _combine_partials(self, m: Member, ws: str, row_stride: str, mask: str, ind: str,
+                          base: Member | None = None) -> list[str]:
         """Code combining reduction m's partial results over a row's programs
-        (stored in `ws`, `row_stride` per row), in a fixed order, into acc_<m>."""
+        (stored in `ws`, `row_stride` per row), in a fixed order, into acc_<m>.
+        An online sum's partials are relative to the partial maxes of `base`,
+        combined before it: each is brought to the row's max."""
         rt, t = m.node.buffer.reduction_type, m.value.dtype
         init, acc = REDUCTION_INIT[rt](t), f"acc_{m.node.name}"
+        parts = f"tl.where(smask, {acc}_p, {init})"
+        if base is not None:
+            bacc = f"acc_{base.node.name}"
+            parts = f"tl.where(smask & ({bacc}_p != float('-inf')), {acc}_p * tl.exp({bacc}_p - {bacc}), 0.0)"
         return [f"{ind}{acc}_p = tl.load({ws} + (x0 * {row_stride} + sindex), {mask}, other={init}, cache_modifier='.cg')",
-                f"{ind}{acc} = {self._final(rt, f'tl.where(smask, {acc}_p, {init})', positional=False)}"]
+                f"{ind}{acc} = {self._final(rt, parts, positional=False)}"]
 
     # -- cooperative rows ------------------------------------------------------------------------
     def _coop_ticket(self) -> list[str]:

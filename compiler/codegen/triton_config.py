@@ -130,7 +130,7 @@ def plan(kernel: FusedKernel, device: torch.device, itemsize: int, int64: bool =
         p.coop = True
         p.configs = [dict(c, grid=xn * coop_slices(rn, c["RBLOCK"])) for c in _coop_configs(xn, rn, itemsize)]
         return p
-    splittable = kernel.can_split()
+    splittable = kernel.can_split(online_sums=not inner)  # as the scheduler decided it (_splits_rows_alone)
     configs = _looped_configs(xn, rn, inner, gpu, itemsize, wide=splittable, passes=kernel.loops)
     xblocks = cdiv(xn, configs[0]["XBLOCK"])
     iterations = rn // configs[0]["RBLOCK"]

@@ -309,6 +309,30 @@ def test_column_centering_keeps_its_mean_split(device, dtype, shape):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_softmax_over_a_strided_dim_splits_its_rows(device, dtype):
+    """softmax(0) and log_softmax(0) over few columns of many rows: the max and
+    the sum of exp split their rows across programs, each program keeping its
+    sum relative to its max, and the last program of a block of columns brings
+    every partial sum to the column's max; the output is a pointwise kernel.
+    Fused, the few columns' programs would each walk every row twice. Columns
+    of -inf, a NaN and +inf keep eager's results."""
+    x = (rand(8192 if device == "cpu" else 65536, 64, device=device) * 5).to(dtype)
+    x[:, 1] = float("-inf")
+    x[::7, 2] = float("-inf")
+    x[5, 3] = float("nan")
+    x[9, 4] = float("inf")
+    tol = _tol(dtype) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)  # sums of 8192 in another order
+    for fn in (lambda x: x.softmax(0), lambda x: F.log_softmax(x, 0)):
+        cap = check(fn, x, equal_nan=True, tol=tol)
+        assert [k.kind for k in cap.kernels] == ["reduction", "pointwise"], [(k.name, k.split_reason) for k in cap.kernels]
+        assert "splits its rows across programs" in cap.kernels[1].split_reason
+        src = cap.kernels[0].source
+        assert meta_of(src)["split"] > 1 and "tl.fma(" in src, src  # split, with the online step
+        assert "_p * tl.exp(acc_" in src  # partial sums brought to the column's max
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_softmax_family_persistent(device):
     x = rand(65, 999, device=device)
     cap = check(lambda x: x.softmax(-1), x)
