@@ -426,12 +426,11 @@ def _splits_rows_alone(kernel: FusedKernel, device) -> str:
       longer than a program holds in registers (of 32-bit elements). Fused,
       every row would be one program that reads its row twice: under one
       program an SM, alone, the rows split; up to two, a program per row reads
-      it once (H200, group_norm 8
-      groups [32, 256, 56, 56], 256 rows of 100352, per call: 101.0 us as one
-      kernel, 84.8 as two). With more or shorter rows, a consumer that reads the
-      rows again in the same kernel finds them in cache (group_norm 32 groups:
-      one kernel). On a GPU, rows few enough split cooperatively with it
-      (triton_config).
+      it once (H200, group_norm 8 groups [32, 256, 56, 56], 256 rows of 100352,
+      per call: 101.0 us as one kernel, 84.8 as two). With more or shorter
+      rows, a consumer that reads the rows again in the same kernel finds them
+      in cache (group_norm 32 groups: one kernel). On a GPU, rows few enough
+      split cooperatively with it (triton_config).
     - Rows along a strided dim (x - x.mean(0)): too few columns for blocks of
       OUTER_XBLOCK columns on every SM. Fused, each program walks all rows in
       blocks narrow enough to fill the GPU, down to 8 columns: 16 or 32 bytes of
@@ -454,7 +453,7 @@ def _splits_rows_alone(kernel: FusedKernel, device) -> str:
         if kernel.can_split() and tc.splits_outer_rows(xn, rn):
             return f"{alone}; a per-element consumer would make each program walk every row in narrower blocks"
         online = kernel.can_split(online_sums=_renders_triton(device))
-        if online and tc.splits_outer_rows(xn, rn) and tc.cdiv(xn, tc.OUTER_XBLOCK) < tc.SM_COUNT:
+        if online and tc.splits_outer_rows(xn, rn) and tc.cdiv(xn, tc.outer_width(xn)) < tc.SM_COUNT:
             return (f"{alone}; a per-element consumer would leave SMs without a block of columns, "
                     "each program walking every row twice")
         return ""

@@ -275,8 +275,13 @@ def splits_outer_rows(xn: int, rn: int) -> bool:
     """Whether a splittable reduction over a strided dim, xn columns of rn rows,
     splits its rows across programs: too few OUTER_XBLOCK-wide blocks to fill the
     GPU, and rows long enough (as plan() decides it)."""
-    xb = min(pow2(xn), OUTER_XBLOCK)
+    xb = outer_width(xn)
     return _worth_splitting(cdiv(xn, xb), rn // outer_rblock(xb), inner=False)
+
+
+def outer_width(xn: int) -> int:
+    """Columns in a block of a split reduction over a strided dim."""
+    return min(pow2(xn), OUTER_XBLOCK)
 
 
 def split_blocks(inner: bool) -> int:
@@ -427,7 +432,7 @@ def _looped_configs(xn: int, rn: int, inner: bool, gpu: bool, itemsize: int, wid
     # 11 blocks: [4096, 4096] fp32 23.5 / 25.9 / 23.3, [16384, 1024] 23.3 / 29.1 /
     # 23.3, [65536, 256] 29.0 / 43.7 / 28.5; bf16 [8192, 4096] 27.4 / 31.8 / 26.1
     # (64 x 32 with 8 warps, the other candidate)
-    xb = min(pow2(xn), OUTER_XBLOCK) if wide else _fill(xn, min(pow2(xn), OUTER_XBLOCK), 8)
+    xb = outer_width(xn) if wide else _fill(xn, outer_width(xn), 8)
     rb = outer_rblock(xb)
     out = [cfg(xb, rb, 4)]
     if big:
