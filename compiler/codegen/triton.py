@@ -312,13 +312,6 @@ class TritonKernel:
             return f"_to_bf16({code})"
         return f"({code}).to({TL_DTYPE[dst]})"
 
-    def _streamed(self, idx: sympy.Expr, axes: set) -> bool:
-        """A load that walks its buffer once: a pointwise kernel's consecutive
-        elements, or a persistent block's rows."""
-        if self.reduction:
-            return {"x", "r"} <= axes
-        return axes == {"x"} and idx.coeff(X) == 1
-
     def _load(self, s: ir.Expr, cse: dict) -> Value:
         name, index, indirect = s.args
         if name in self.regs:
@@ -332,7 +325,7 @@ class TritonKernel:
         m = f", {mask}, other=0" if mask else ""
         if "r" in axes and name in self.evict:
             m += f", eviction_policy='{self.evict[name]}'"
-        elif self.plan.evict_last_streams and self._streamed(idx, axes):
+        elif self.plan.evict_last_streams and {"x", "r"} <= axes:  # a persistent block's rows
             m += ", eviction_policy='evict_last'"
         ptr = f"{self.args.ptr(name)} + ({code})"
         if self.row_align and not indirect and (self._alignment(idx, self._itemsize(name)) or 0) > self.row_align:

@@ -84,15 +84,16 @@ class Plan:
     tile: int | None = None  # pointwise 2-D: the flat x0 is tile * y0 + x0
     split: int = 1  # reductions: programs per block of rows
     coop: bool = False  # reductions: a row's programs meet at barriers (see the module doc)
-    # a 1-D pointwise kernel's loads of consecutive elements, and a persistent block's
-    # loads of rows up to PERSISTENT_MAX_RBLOCK long, ask L2 to keep them (evict_last),
-    # though each is read once. Measured, cause not established. H200, us per call
-    # (do_bench) / back to back over inputs that outgrow L2: softmax fp32 [8192, 4096]
-    # 69.0/66.8 -> 66.7/65.2, rms_norm 69.9/67.6 -> 67.4/65.8, bf16 2-4%; x * 2 fp32
-    # [8192, 4096] 68.0/66.0 -> 66.7/65.0, a + b 98.3/95.2 -> 96.4/94.3 (bench/gpu.py's
-    # single calls after an L2 flush see no change on pointwise: sin chain 10M 22.7 both).
+    # a persistent block's loads of rows up to PERSISTENT_MAX_RBLOCK long ask L2 to keep
+    # them (evict_last), though each is read once. Measured, cause not established.
+    # H200, us per call (do_bench) / back to back over inputs that outgrow L2: softmax
+    # fp32 [8192, 4096] 69.0/66.8 -> 66.7/65.2, rms_norm 69.9/67.6 -> 67.4/65.8, bf16 2-4%.
     # Wider rows gain or lose up to 3% (layer_norm fp32 [4096, 12292] 114.3 -> 115.9);
-    # evict_first instead was mixed (a + b 98.3 -> 101.5, softmax [4096, 12292] 102.2 -> 107.1)
+    # evict_first instead was mixed (softmax [4096, 12292] 102.2 -> 107.1). Pointwise
+    # loads take no hint: per call after an L2 flush, the hint cost the 10M-element
+    # chains 3% (H200: sin 22.88 -> 22.18 us without, gelu_tanh 22.94 -> 22.34, bias+GELU
+    # bf16 [8192, 4096] 43.04 -> 42.05) and changed none of x * 2 [8192, 4096] (65.9),
+    # PointwiseModel [16384, 1024] (36.0 -> 36.2) or [1024, 1024] (5.66) beyond noise
     evict_last_streams: bool = False
     configs: list = dataclasses.field(default_factory=list)
 
@@ -104,7 +105,7 @@ def plan(kernel: FusedKernel, device: torch.device, itemsize: int, int64: bool =
     xn = kernel.xnumel
     if not reduction:
         tile = choose_tile(kernel)
-        p = Plan(False, tile=tile, evict_last_streams=not tile)
+        p = Plan(False, tile=tile)
         p.configs = _tiled_configs(xn // tile, tile, gpu, itemsize) if tile else _pointwise_configs(xn, gpu, itemsize)
         return p
     rn = max(kernel.rnumel, 1)

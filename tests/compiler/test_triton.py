@@ -95,9 +95,9 @@ def test_gelu_tanh_and_relu_sigmoid_tanh(device):
 def test_broadcasts_and_transposed_read(device):
     x, b, c = rand(37, 65, device=device), rand(65, device=device), rand(37, 1, device=device)
     src = check(lambda x, b, c: (x + b) * c - x.exp(), x, b, c).kernels[0].source
-    # L2 is asked to keep what streams through (measured faster on an H200), not the broadcasts
+    # a pointwise kernel's loads give L2 no hint (evict_last measured 3% slower per call on an H200)
     loads = [line for line in src.splitlines() if "tl.load(" in line]
-    assert [("evict_last" in line) for line in loads] == [("(x0)" in line) for line in loads] and len(loads) == 3, loads
+    assert len(loads) == 3 and not any("eviction_policy" in line for line in loads), loads
     y = rand(65, 37, device=device)
     cap = check(lambda x, y: x + y.t() * 2, x, y)
     assert "YBLOCK" in cap.kernels[0].source  # a 2-D tile: both reads coalesced
