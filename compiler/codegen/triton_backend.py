@@ -27,8 +27,3 @@ def build(name: str, source: str, kernel):
 
 def launch_code(kernel, arg_names) -> str:
     return f"{kernel.name}.run({', '.join(arg_names)})"
-
-
-def wait(launchers) -> None:
-    """Called once a graph's kernels are all submitted: finish compiling them."""
-    triton_build.wait(launchers)

@@ -121,20 +121,32 @@ class InterpretedLibdevice:
 class TritonLauncher:
     """What the wrapper calls: `name.run(*tensors)`. Until the kernel is
     compiled, `run` waits for it and then replaces itself with the fast path.
-    `info` says how it launches (KernelRecord.launch), once it has waited."""
+    `info` says how it launches (KernelRecord.launch), once it has waited;
+    `when_ready` hooks get it then, with the seconds waited."""
 
     def __init__(self, name: str, resolve, info: dict | None = None):
         self.name = name
         self._resolve = resolve
         self.info = info
+        self._hooks: list = []
 
     def run(self, *args):
         self.wait()
         return self.run(*args)
 
+    @property
+    def ready(self) -> bool:
+        return "run" in self.__dict__
+
+    def when_ready(self, hook) -> None:
+        self._hooks.append(hook)
+
     def wait(self):
-        if "run" not in self.__dict__:
+        if not self.ready:
+            start = time.perf_counter()
             self.run = self._resolve()
+            for hook in self._hooks:
+                hook(self.info, time.perf_counter() - start)
 
 
 def _constexprs(cfg: dict) -> dict:
@@ -410,10 +422,3 @@ def real_tensors():
     from torch.utils._python_dispatch import _disable_current_modes
 
     return _disable_current_modes()
-
-
-def wait(launchers) -> None:
-    """Finish compiling (and tuning) every kernel of a graph."""
-    for launcher in launchers:
-        if isinstance(launcher, TritonLauncher):
-            launcher.wait()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import time
 
 import pytest
 import torch
@@ -790,6 +791,53 @@ def test_kernel_records_say_how_they_launch():
     kernel = check(lambda x: (x * 3).cos(), rand(5000, device="cpu")).kernels[0]
     assert kernel.launch == dict(config=meta_of(kernel.source)["configs"][0], launcher="interpreter", timed=[],
                                  tuned_earlier=False, compile_s=None)
+
+
+def test_a_launcher_waits_on_its_first_run_and_tells_its_record():
+    """A kernel still compiling when its graph's compile returns is waited for by
+    the first run, which then tells the kernel's record how it launches and adds
+    the wait to the graph's compile time."""
+    from compiler.compile_fx import _record_launch
+    from compiler.runtime.triton_build import TritonLauncher
+
+    cap = check(lambda x: (x * 3).cos(), rand(5000, device="cpu"))
+    record, kernel = cap.graphs[0], cap.kernels[0]
+    compiled_s, ran = record.compile_time_s, []
+
+    def resolve():  # the compile's stand-in: slow once, then a launch
+        time.sleep(0.05)
+        launcher.info = {"launcher": "c"}
+        return lambda *args: ran.append(args)
+
+    launcher = TritonLauncher(kernel.name, resolve)
+    _record_launch(record, kernel, launcher)
+    assert kernel.launch is None and not launcher.ready
+    launcher.run(1, 2)
+    launcher.run(3)
+    assert ran == [(1, 2), (3,)] and launcher.ready and kernel.launch == {"launcher": "c"}
+    assert record.compile_time_s >= compiled_s + 0.05
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device: kernels compile in worker processes only for a GPU")
+def test_gpu_kernels_finish_compiling_on_the_first_call(tmp_path):
+    """compile_graph returns while its Triton kernels compile (Dynamo builds its
+    guards meanwhile); the first call waits for them and fills in their records."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from compiler.compile_fx import compile_graph
+
+    x = rand(100_003, device="cuda")
+    gm = make_fx(lambda x: ((x + 1) * 2).sin())(x)
+    with config.patch(cache_dir=str(tmp_path)):
+        call = compile_graph(gm, [x])
+    record = call.record
+    compiled_s = record.compile_time_s
+    assert [k.launch for k in record.kernels] == [None]
+    (out,) = call([x])
+    torch.testing.assert_close(out, ((x + 1) * 2).sin())
+    launch = record.kernels[0].launch
+    assert launch["launcher"] in ("c", "triton") and launch["compile_s"] > 0
+    assert record.compile_time_s > compiled_s
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device: the compiled launcher needs one")
