@@ -432,7 +432,7 @@ def _splits_rows_alone(kernel: FusedKernel, device) -> str:
       in cache (group_norm 32 groups: one kernel). On a GPU, rows few enough
       split cooperatively with it (triton_config).
     - Rows along a strided dim (x - x.mean(0)): too few columns for blocks of
-      OUTER_XBLOCK columns on every SM. Fused, each program walks all rows in
+      columns (triton_config.outer_width) on every SM. Fused, each program walks all rows in
       blocks narrow enough to fill the GPU, down to 8 columns: 16 or 32 bytes of
       each 128-byte line (H200, x - x.mean(0) per call: bf16 [8192, 4096] 147 us
       as one kernel, 65 as two; fp32 [16384, 4096] 323 -> 205).
@@ -449,7 +449,7 @@ def _splits_rows_alone(kernel: FusedKernel, device) -> str:
     if not tc.reduces_contiguous(kernel):
         xn, rn = kernel.xnumel, kernel.rnumel
         alone = (f"{xn} columns of {rn} rows: alone, the reduction splits its rows across programs "
-                 f"in blocks of {tc.OUTER_XBLOCK} columns")
+                 f"in blocks of {tc.outer_width(xn)} columns")
         if kernel.can_split() and tc.splits_outer_rows(xn, rn):
             return f"{alone}; a per-element consumer would make each program walk every row in narrower blocks"
         online = kernel.can_split(online_sums=_renders_triton(device))

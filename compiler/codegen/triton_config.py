@@ -50,8 +50,16 @@ WIDE_PERSISTENT_MAX_INPUTS = 3
 SHIFTED_PERSISTENT_MAX_BYTES = 32 << 10
 # reducing a strided dim: only short ones, so that a block is wide in the contiguous x
 OUTER_PERSISTENT_MAX_RBLOCK = 128
-# ... looped, and split over programs where it may: blocks this many columns wide
-OUTER_XBLOCK = 64
+# ... looped, and split over programs where it may: blocks this many columns wide,
+# or OUTER_WIDE_XBLOCK where columns are enough for split_blocks of those unsplit.
+# H200, per call, blocks of 32 columns with 16 split warps an SM against 64 with 32:
+# sum(0) fp32 [65536, 256] 30.6 -> 25.6 us, [4096, 4096] 24.4 -> 22.0, bf16 [4096,
+# 4096] 18.9 -> 16.5; softmax(0) fp32 [65536, 256] 94.5 -> 59.7, bf16 [16384, 1024]
+# 57.8 -> 42.4, [32768, 64] 26.5 -> 14.8; x - x.mean(0) bf16 [8192, 4096] 61.7 -> 60.0;
+# [4096, 8192] 38.7 -> 39.2. Unsplit, wider blocks stream better: sum(0) fp32
+# [2048, 50257] 122.2 us in blocks of 64, 142.2 in blocks of 32
+OUTER_XBLOCK = 32
+OUTER_WIDE_XBLOCK = 64
 # one-pass reductions over rows at least this long loop (with tuned RBLOCK)
 LOOPED_MIN_RBLOCK = 2048
 # the largest first-guess step of a looped reduction that reads each row more than once
@@ -61,6 +69,7 @@ SPLIT_MIN_ITERATIONS = 4
 SM_MAX_WARPS = 64  # resident on an H100 / H200 SM
 POINTWISE_WARPS = 4  # a 1-D pointwise program's, fewer where its block is small (16 bytes a thread)
 SPLIT_WARPS_PER_SM = 32  # of the SM_MAX_WARPS
+OUTER_SPLIT_WARPS_PER_SM = 16  # a split over a strided dim's rows: fewer, longer programs
 TILE_MIN = 16  # both dims of a 2-D tile at least this long
 # a cooperative program's first-guess slice of its row
 COOP_SLICE_BYTES = 16 << 10
@@ -138,7 +147,7 @@ def plan(kernel: FusedKernel, device: torch.device, itemsize: int, int64: bool =
     if splittable and _worth_splitting(xblocks, iterations, inner):
         # enough programs for SPLIT_WARPS_PER_SM resident warps: a looped
         # reduction hides memory latency with warps, not with pipelining
-        programs = SM_COUNT * SPLIT_WARPS_PER_SM // configs[0]["num_warps"]
+        programs = SM_COUNT * (SPLIT_WARPS_PER_SM if inner else OUTER_SPLIT_WARPS_PER_SM) // configs[0]["num_warps"]
         p.split = max(1, min(cdiv(programs, xblocks), iterations // SPLIT_MIN_ITERATIONS))
     p.configs = [dict(c, grid=cdiv(xn, c["XBLOCK"]) * p.split) for c in configs]
     return p
@@ -274,14 +283,16 @@ def outer_rblock(xb: int) -> int:
 
 def splits_outer_rows(xn: int, rn: int) -> bool:
     """Whether a splittable reduction over a strided dim, xn columns of rn rows,
-    splits its rows across programs: too few OUTER_XBLOCK-wide blocks to fill the
+    splits its rows across programs: too few outer_width blocks to fill the
     GPU, and rows long enough (as plan() decides it)."""
     xb = outer_width(xn)
     return _worth_splitting(cdiv(xn, xb), rn // outer_rblock(xb), inner=False)
 
 
 def outer_width(xn: int) -> int:
-    """Columns in a block of a split reduction over a strided dim."""
+    """Columns in a block of a looped reduction over a strided dim (see OUTER_XBLOCK)."""
+    if cdiv(xn, OUTER_WIDE_XBLOCK) >= split_blocks(inner=False):
+        return OUTER_WIDE_XBLOCK
     return min(pow2(xn), OUTER_XBLOCK)
 
 
@@ -428,11 +439,9 @@ def _looped_configs(xn: int, rn: int, inner: bool, gpu: bool, itemsize: int, wid
             if rb * 2 <= pow2(rn):
                 out.append(cfg(1, rb * 2, _warps(rb * 2, itemsize, thread_bytes=tb)))
         return out
-    # rows of x are contiguous: 64 of them make 256-byte bursts of floats. H200,
-    # sum(0) in us, blocks of 64 x 32 with 4 warps against 128 x 16 and the best of
-    # 11 blocks: [4096, 4096] fp32 23.5 / 25.9 / 23.3, [16384, 1024] 23.3 / 29.1 /
-    # 23.3, [65536, 256] 29.0 / 43.7 / 28.5; bf16 [8192, 4096] 27.4 / 31.8 / 26.1
-    # (64 x 32 with 8 warps, the other candidate)
+    # rows of x are contiguous: blocks of outer_width columns (see OUTER_XBLOCK),
+    # 2048 elements a step. Blocks of 128 x 16 ran slower (H200, sum(0) fp32
+    # [65536, 256] 47.9 us against 25.6; 64 x 16 with 2 warps 36.9)
     xb = outer_width(xn) if wide else _fill(xn, outer_width(xn), 8)
     rb = outer_rblock(xb)
     out = [cfg(xb, rb, 4)]
