@@ -150,6 +150,10 @@ def workloads(device, smoke: bool) -> list[Workload]:
     for groups in (8, 32):  # 256 groups of 100352 (split statistics), 1024 of 25088 (one kernel)
         out.append(Workload(f"group_norm {groups}g [32,256,56,56] fp32", lambda g=groups: (
             nn.GroupNorm(g, 256).to(device).eval(), (rnd(s(32), 256, 56, 56),))))
+    # reductions over a strided dim (rows split across programs in blocks of columns):
+    # a bias gradient's column sum and a softmax over dim 0
+    out.append(Workload("column_sum [65536,256] fp32", lambda: (lambda x: x.sum(0), (rnd(s(65536), 256),))))
+    out.append(Workload("softmax(0) [65536,256] fp32", lambda: (lambda x: x.softmax(0), (rnd(s(65536), 256),))))
     out.append(Workload("ceilfloor_softmax [4096,4096]", lambda: (ceilfloor, (rnd(s(4096), 4096), rnd(s(4096), 4096)))))
     out.append(Workload("toy_example [10]", lambda: (toy_example, (rnd(10), torch.ones(10, device=device)))))
 
