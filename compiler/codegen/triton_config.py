@@ -51,7 +51,7 @@ SHIFTED_PERSISTENT_MAX_BYTES = 32 << 10
 # reducing a strided dim: only short ones, so that a block is wide in the contiguous x
 OUTER_PERSISTENT_MAX_RBLOCK = 128
 # ... looped, and split over programs where it may: blocks this many columns wide,
-# or OUTER_WIDE_XBLOCK where columns are enough for split_blocks of those unsplit.
+# or OUTER_WIDE_XBLOCK where the columns make split_blocks such wider blocks (no split).
 # H200, per call, blocks of 32 columns with 16 split warps an SM against 64 with 32:
 # sum(0) fp32 [65536, 256] 30.6 -> 25.6 us, [4096, 4096] 24.4 -> 22.0, bf16 [4096,
 # 4096] 18.9 -> 16.5; softmax(0) fp32 [65536, 256] 94.5 -> 59.7, bf16 [16384, 1024]
@@ -145,8 +145,9 @@ def plan(kernel: FusedKernel, device: torch.device, itemsize: int, int64: bool =
     xblocks = cdiv(xn, configs[0]["XBLOCK"])
     iterations = rn // configs[0]["RBLOCK"]
     if splittable and _worth_splitting(xblocks, iterations, inner):
-        # enough programs for SPLIT_WARPS_PER_SM resident warps: a looped
-        # reduction hides memory latency with warps, not with pipelining
+        # enough programs for SPLIT_WARPS_PER_SM resident warps (OUTER_SPLIT_WARPS_PER_SM
+        # over a strided dim): a looped reduction hides memory latency with warps, not
+        # with pipelining
         programs = SM_COUNT * (SPLIT_WARPS_PER_SM if inner else OUTER_SPLIT_WARPS_PER_SM) // configs[0]["num_warps"]
         p.split = max(1, min(cdiv(programs, xblocks), iterations // SPLIT_MIN_ITERATIONS))
     p.configs = [dict(c, grid=cdiv(xn, c["XBLOCK"]) * p.split) for c in configs]
