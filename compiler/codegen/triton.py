@@ -25,7 +25,7 @@ from ..index import fold_divmod, simplify_with_ranges, upper_bound
 from ..scheduler import R, X, FusedKernel, Member, online_softmax_sums
 from . import triton_config
 from .common import kernel_args, member_order
-from .triton_ops import (FP32_HELPERS, HELPER_DEPS, HELPERS, REDUCTION_INIT, TL_DTYPE, binary, literal,
+from .triton_ops import (FP32_HELPERS, GPU_HELPERS, HELPER_DEPS, HELPERS, REDUCTION_INIT, TL_DTYPE, binary, literal,
                          takes_tensors_only, texpr, unary)
 
 Y = triton_config.Y
@@ -402,7 +402,7 @@ class TritonKernel:
             "",
             f"META = {self.meta()!r}",
             "",
-            *(HELPERS[h] for h in sorted(helpers)),
+            *((GPU_HELPERS.get(h) if self.device.type == "cuda" else None) or HELPERS[h] for h in sorted(helpers)),
             "@triton.jit",
             f"def {self.name}({', '.join(params)}):",
         ]
