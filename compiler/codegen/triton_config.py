@@ -52,7 +52,8 @@ SHIFTED_PERSISTENT_MAX_BYTES = 32 << 10
 OUTER_PERSISTENT_MAX_RBLOCK = 128
 # ... looped, and split over programs where it may: blocks this many columns wide,
 # or OUTER_WIDE_XBLOCK where the columns make split_blocks such wider blocks (no split).
-# H200, per call, blocks of 32 columns with 16 split warps an SM against 64 with 32:
+# H200, per call, blocks of 32 columns with 16 split warps an SM against 64 with 32
+# (programs of 4 warps then; now OUTER_WARPS):
 # sum(0) fp32 [65536, 256] 30.6 -> 25.6 us, [4096, 4096] 24.4 -> 22.0, bf16 [4096,
 # 4096] 18.9 -> 16.5; softmax(0) fp32 [65536, 256] 94.5 -> 59.7, bf16 [16384, 1024]
 # 57.8 -> 42.4, [32768, 64] 26.5 -> 14.8; x - x.mean(0) bf16 [8192, 4096] 61.7 -> 60.0;
@@ -69,7 +70,14 @@ SPLIT_MIN_ITERATIONS = 4
 SM_MAX_WARPS = 64  # resident on an H100 / H200 SM
 POINTWISE_WARPS = 4  # a 1-D pointwise program's, fewer where its block is small (16 bytes a thread)
 SPLIT_WARPS_PER_SM = 32  # of the SM_MAX_WARPS
-OUTER_SPLIT_WARPS_PER_SM = 16  # a split over a strided dim's rows: fewer, longer programs
+# a looped reduction over a strided dim's program, the only configuration: it beat 4
+# warps (the first guess until then) almost everywhere. H200, per step of the autotune,
+# 8 against 4 warps, us: sum(0) fp32 [65536, 256] 19.6 / 22.2, [4096, 4096] 18.9 /
+# 24.0, [16384, 1024] 19.2 / 27.6, [2048, 50257] (unsplit) 106.0 / 205.6, bf16 [4096,
+# 4096] 12.6 / 15.7; softmax(0) fp32 [65536, 256] 22.8 / 23.5, [4096, 4096] 21.1 /
+# 23.8, bf16 [16384, 1024] 22.4 / 21.8; x - x.mean(0) bf16 [8192, 4096] 22.2 / 31.9.
+# Untuned, it compiles once (sm_90, softmax(0)'s kernel: 0.28 s, 0.44 at 4 warps)
+OUTER_WARPS = 8
 TILE_MIN = 16  # both dims of a 2-D tile at least this long
 # a cooperative program's first-guess slice of its row
 COOP_SLICE_BYTES = 16 << 10
@@ -145,10 +153,9 @@ def plan(kernel: FusedKernel, device: torch.device, itemsize: int, int64: bool =
     xblocks = cdiv(xn, configs[0]["XBLOCK"])
     iterations = rn // configs[0]["RBLOCK"]
     if splittable and _worth_splitting(xblocks, iterations, inner):
-        # enough programs for SPLIT_WARPS_PER_SM resident warps (OUTER_SPLIT_WARPS_PER_SM
-        # over a strided dim): a looped reduction hides memory latency with warps, not
-        # with pipelining
-        programs = SM_COUNT * (SPLIT_WARPS_PER_SM if inner else OUTER_SPLIT_WARPS_PER_SM) // configs[0]["num_warps"]
+        # enough programs for SPLIT_WARPS_PER_SM resident warps: a looped reduction
+        # hides memory latency with warps, not with pipelining
+        programs = SM_COUNT * SPLIT_WARPS_PER_SM // configs[0]["num_warps"]
         p.split = max(1, min(cdiv(programs, xblocks), iterations // SPLIT_MIN_ITERATIONS))
     p.configs = [dict(c, grid=cdiv(xn, c["XBLOCK"]) * p.split) for c in configs]
     return p
@@ -444,8 +451,4 @@ def _looped_configs(xn: int, rn: int, inner: bool, gpu: bool, itemsize: int, wid
     # 2048 elements a step. Blocks of 128 x 16 ran slower (H200, sum(0) fp32
     # [65536, 256] 47.9 us against 25.6; 64 x 16 with 2 warps 36.9)
     xb = outer_width(xn) if wide else _fill(xn, outer_width(xn), 8)
-    rb = outer_rblock(xb)
-    out = [cfg(xb, rb, 4)]
-    if big:
-        out.append(cfg(xb, rb, 8))
-    return out
+    return [cfg(xb, outer_rblock(xb), OUTER_WARPS)]
