@@ -25,8 +25,8 @@ from ..index import fold_divmod, simplify_with_ranges, upper_bound
 from ..scheduler import R, X, FusedKernel, Member, online_softmax_sums
 from . import triton_config
 from .common import kernel_args, member_order
-from .triton_ops import (FP32_HELPERS, GPU_HELPERS, HELPER_DEPS, HELPERS, REDUCTION_INIT, TL_DTYPE, binary, literal,
-                         takes_tensors_only, texpr, unary)
+from .triton_ops import (FP32_HELPERS, REDUCTION_INIT, TL_DTYPE, binary, helper_sources, literal, takes_tensors_only,
+                         texpr, unary)
 
 Y = triton_config.Y
 INT32_LIMIT = 2**31 - 1
@@ -392,9 +392,6 @@ class TritonKernel:
             self._render_reduction(body)
         else:
             self._render_pointwise(body)
-        helpers = set(self.helpers)
-        for h in list(helpers):
-            helpers.update(HELPER_DEPS.get(h, []))
         head = [
             "import triton",
             "import triton.language as tl",
@@ -402,7 +399,7 @@ class TritonKernel:
             "",
             f"META = {self.meta()!r}",
             "",
-            *((GPU_HELPERS.get(h) if self.device.type == "cuda" else None) or HELPERS[h] for h in sorted(helpers)),
+            *helper_sources(self.helpers, self.device.type == "cuda"),
             "@triton.jit",
             f"def {self.name}({', '.join(params)}):",
         ]

@@ -325,6 +325,15 @@ def _rsqrt(x):
 HELPER_DEPS = {"_erf": ["_ex2"], "_floordiv": ["_truncdiv"], "_int_fmod": ["_truncdiv"], "_int_remainder": ["_int_fmod", "_truncdiv"]}
 
 
+def helper_sources(called, cuda: bool) -> list[str]:
+    """The @triton.jit helpers a kernel calls and those they call, in a fixed
+    order, each in its CUDA form (GPU_HELPERS) where it has one and `cuda`."""
+    names = set(called)
+    for h in list(names):
+        names.update(HELPER_DEPS.get(h, []))
+    return [(GPU_HELPERS.get(h) if cuda else None) or HELPERS[h] for h in sorted(names)]
+
+
 def literal(value, dtype: torch.dtype) -> str:
     if dtype == torch.bool:
         return "True" if value else "False"

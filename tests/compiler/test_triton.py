@@ -112,6 +112,13 @@ def test_math_functions(device):
     check(lambda x: torch.where(x > 0, x.pow(2.5 if False else 3), x.sinh()) + torch.atan2(x, x.cos()), x)
 
 
+def _float_patterns(device, stride: int):
+    """float32s spread over every bit pattern (subnormals, inf, NaN), and both zeros."""
+    bits = torch.arange(0, 1 << 32, stride, dtype=torch.int64)
+    bits = torch.where(bits >= 1 << 31, bits - (1 << 32), bits).to(torch.int32)
+    return torch.cat([bits.view(torch.float32), torch.tensor([0.0, -0.0, 1e-45, math.inf])]).to(device)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_erf_gives_eagers_bits(device):
     """float32 erf is a helper of ours: libdevice's erff with both coefficient sets
@@ -119,11 +126,8 @@ def test_erf_gives_eagers_bits(device):
     pattern (subnormals, both sides of its switch at 1.00296, inf, NaN); the
     interpreter's exp2 is exact where the GPU's is not, so there: within 2 ulp."""
     stride = 257 if device == "cuda" else 16411  # 16.7M floats on the GPU, 262k in the interpreter
-    bits = torch.arange(0, 1 << 32, stride, dtype=torch.int64)
-    bits = torch.where(bits >= 1 << 31, bits - (1 << 32), bits).to(torch.int32)
-    edges = torch.tensor([0.0, -0.0, 1e-45, -1e-40, 1e-20, 1.0029599, 1.00296, -1.00296, 3.9, 4.0, 9.2, 1e30,
-                          math.inf, -math.inf, math.nan])
-    x = torch.cat([bits.view(torch.float32), edges]).to(device)
+    edges = torch.tensor([-1e-40, 1e-20, 1.0029599, 1.00296, -1.00296, 3.9, 4.0, 9.2, 1e30, -math.inf, math.nan])
+    x = torch.cat([_float_patterns(device, stride), edges.to(device)])
     compiled = torch.compile(lambda x: torch.erf(x), backend="fusion")
     with compiler.capture() as cap:
         out = compiled(x)
@@ -136,13 +140,6 @@ def test_erf_gives_eagers_bits(device):
     else:
         ulps = (out.view(torch.int32).long() - ref.view(torch.int32).long()).abs()
         assert (same | (ulps <= 2)).all(), x[~(same | (ulps <= 2))][:8].tolist()
-
-
-def _float_patterns(device, stride: int):
-    """float32s spread over every bit pattern (subnormals, inf, NaN), and both zeros."""
-    bits = torch.arange(0, 1 << 32, stride, dtype=torch.int64)
-    bits = torch.where(bits >= 1 << 31, bits - (1 << 32), bits).to(torch.int32)
-    return torch.cat([bits.view(torch.float32), torch.tensor([0.0, -0.0, 1e-45, math.inf])]).to(device)
 
 
 @pytest.mark.parametrize("op", ["sqrt", "rsqrt"])
@@ -169,17 +166,15 @@ def test_gpu_math_links_no_libdevice(op, instruction):
     """The CUDA forms of sqrt, rsqrt and erf (GPU_HELPERS), compiled for sm_90:
     the instruction libdevice's function would run, and libdevice not linked."""
     require_compiler_for_h100()
-    from compiler.codegen.triton_ops import GPU_HELPERS, HELPER_DEPS, HELPERS, unary
+    from compiler.codegen.triton_ops import HELPERS, helper_sources, unary
 
     code = unary(op, "tmp0", torch.float32)
-    called = [h for h in HELPERS if h + "(" in code]
-    called += [d for h in called for d in HELPER_DEPS.get(h, [])]
     meta = dict(kind="pointwise", xnumel=1024, configs=[dict(XBLOCK=1024, num_warps=4, num_stages=1, grid=1)],
                 args=[dict(name=n, dtype="float32", extent=1024, check_align=True) for n in ("in_ptr0", "out_ptr0")],
                 workspace=[], fp_fusion=True)
     source = "\n".join([
         "import triton", "import triton.language as tl", "from triton.language.extra import libdevice", "",
-        f"META = {meta!r}", "", *(GPU_HELPERS.get(h) or HELPERS[h] for h in sorted(set(called))),
+        f"META = {meta!r}", "", *helper_sources([h for h in HELPERS if h + "(" in code], cuda=True),
         "@triton.jit", "def k(in_ptr0, out_ptr0, XBLOCK: tl.constexpr):", "    x0 = tl.arange(0, XBLOCK)",
         "    tmp0 = tl.load(in_ptr0 + x0)", f"    tl.store(out_ptr0 + x0, {code})", ""])
     compiled = compile_for_h100(source, "k")
