@@ -30,6 +30,10 @@ class Config:
     # on CUDA, replay a compiled graph as one CUDA graph when it is called again with
     # the same tensors (its outputs are then overwritten by the next such call)
     cuda_graphs: bool = dataclasses.field(default_factory=lambda: _flag("FUSION_CUDA_GRAPHS", False))
+    # on GPUs that have it (sm_90+), Triton kernels launch while the kernel before
+    # them finishes and wait for it in their first instruction (programmatic
+    # dependent launch): the launch latency between kernels is hidden
+    pdl: bool = dataclasses.field(default_factory=lambda: _flag("FUSION_PDL", True))
     # a graph that Dynamo traced with symbolic sizes compiles for this many shapes;
     # calls with further shapes run it uncompiled (with a warning and a record)
     max_shapes: int = dataclasses.field(default_factory=lambda: int(os.environ.get("FUSION_MAX_SHAPES", "8")))

@@ -74,5 +74,7 @@ def launch_summary(launch: dict | None) -> str:
     if launch.get("compile_s") is not None:
         text += f"; compiled in {launch['compile_s']:.2f} s"
         text += f" (the slowest of {len(timed)} candidates, compiled at once)" if len(timed) > 1 else ""
+    if launch.get("dependent"):
+        text += "; launched while the kernel before it finishes (PDL)"
     how = {"interpreter": "Triton's interpreter", "jit": "plain Triton launch: the fast path failed"}.get(launch.get("launcher"))
     return text + (f"; {how}" if how else "")

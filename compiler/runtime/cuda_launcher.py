@@ -2,9 +2,11 @@
 
 Triton's own launcher does Python work on every call (scratch allocators,
 hooks); ours is one C call: read each argument's device pointer, call
-cuLaunchKernel. It serves kernels whose arguments are all pointers and that
-need no scratch memory, one CTA per program (what our codegen emits); anything
-else uses Triton's launcher. `load()` returns None where the extension cannot
+cuLaunchKernel (cuLaunchKernelEx with programmatic stream serialization for a
+kernel that waits for its predecessor itself: triton_config.dependent_launch).
+It serves kernels whose arguments are all pointers and that need no scratch
+memory, one CTA per program (what our codegen emits); anything else uses
+Triton's launcher. `load()` returns None where the extension cannot
 be built (no C compiler or Python headers): callers fall back then too."""
 from __future__ import annotations
 
@@ -29,18 +31,31 @@ SOURCE = r"""
 typedef int (*launch_t)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                         unsigned, void*, void**, void**);
 typedef int (*ctx_get_t)(void**);
+/* cuLaunchKernelEx's configuration, laid out as cuda.h declares it */
+typedef struct { int id; char pad[4]; union { char bytes[64]; int value; void* align; } value; } launch_attr_t;
+typedef struct {
+    unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared;
+    void* stream;
+    launch_attr_t* attrs;
+    unsigned n_attrs;
+} launch_config_t;
+typedef int (*launch_ex_t)(const launch_config_t*, void*, void**, void**);
+#define PROGRAMMATIC_STREAM_SERIALIZATION 6
 static launch_t cu_launch;
+static launch_ex_t cu_launch_ex; /* NULL on drivers before CUDA 11.8: plain launches */
 static ctx_get_t cu_ctx_get;
 static PyObject* data_ptr_name;
 
 #define MAX_ARGS 120
 
-/* launch(function, grid_x, threads, shared_bytes, stream, *pointers)
-   A pointer is an int or an object with data_ptr(). Two null pointers follow
-   them: Triton kernels take global and profile scratch pointers last. */
+/* launch(function, grid_x, threads, shared_bytes, stream, dependent, *pointers)
+   `dependent`: the kernel may launch before the one ahead of it in the stream
+   has finished (it waits for it with griddepcontrol.wait). A pointer is an int
+   or an object with data_ptr(). Two null pointers follow them: Triton kernels
+   take global and profile scratch pointers last. */
 static PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-    if (nargs < 5 || nargs - 5 > MAX_ARGS) {
-        PyErr_SetString(PyExc_TypeError, "launch(function, grid_x, threads, shared, stream, *pointers)");
+    if (nargs < 6 || nargs - 6 > MAX_ARGS) {
+        PyErr_SetString(PyExc_TypeError, "launch(function, grid_x, threads, shared, stream, dependent, *pointers)");
         return NULL;
     }
     void* fn = PyLong_AsVoidPtr(args[0]);
@@ -48,12 +63,13 @@ static PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
     unsigned long threads = PyLong_AsUnsignedLong(args[2]);
     unsigned long shared = PyLong_AsUnsignedLong(args[3]);
     void* stream = PyLong_AsVoidPtr(args[4]);
+    int dependent = PyObject_IsTrue(args[5]);
     if (PyErr_Occurred()) return NULL;
-    Py_ssize_t n = nargs - 5;
+    Py_ssize_t n = nargs - 6;
     uint64_t ptrs[MAX_ARGS + 2];
     void* params[MAX_ARGS + 2];
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject* a = args[5 + i];
+        PyObject* a = args[6 + i];
         if (PyLong_Check(a)) {
             ptrs[i] = PyLong_AsUnsignedLongLong(a);
         } else {
@@ -72,7 +88,16 @@ static PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "no current CUDA context");
         return NULL;
     }
-    int err = cu_launch(fn, (unsigned)grid, 1, 1, (unsigned)threads, 1, 1, (unsigned)shared, stream, params, NULL);
+    int err;
+    if (dependent && cu_launch_ex) {
+        launch_attr_t attr = {0};
+        attr.id = PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.value = 1;
+        launch_config_t cfg = {(unsigned)grid, 1, 1, (unsigned)threads, 1, 1, (unsigned)shared, stream, &attr, 1};
+        err = cu_launch_ex(&cfg, fn, params, NULL);
+    } else {
+        err = cu_launch(fn, (unsigned)grid, 1, 1, (unsigned)threads, 1, 1, (unsigned)shared, stream, params, NULL);
+    }
     if (err != 0) {
         PyErr_Format(PyExc_RuntimeError, "cuLaunchKernel failed with CUDA error %d", err);
         return NULL;
@@ -91,6 +116,7 @@ PyMODINIT_FUNC PyInit_fusion_cuda_launcher(void) {
     if (!lib) { PyErr_SetString(PyExc_ImportError, "libcuda.so.1 not found"); return NULL; }
     cu_launch = (launch_t)dlsym(lib, "cuLaunchKernel");
     cu_ctx_get = (ctx_get_t)dlsym(lib, "cuCtxGetCurrent");
+    cu_launch_ex = (launch_ex_t)dlsym(lib, "cuLaunchKernelEx");
     if (!cu_launch || !cu_ctx_get) { PyErr_SetString(PyExc_ImportError, "cuLaunchKernel not found"); return NULL; }
     data_ptr_name = PyUnicode_InternFromString("data_ptr");
     return PyModule_Create(&module);

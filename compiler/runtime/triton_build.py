@@ -157,7 +157,7 @@ def _constexprs(cfg: dict) -> dict:
 def compile_options(meta: dict, cfg: dict) -> dict:
     """Triton's compile options for one configuration of a kernel."""
     return dict(num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 1),
-                enable_fp_fusion=meta.get("fp_fusion", True))
+                enable_fp_fusion=meta.get("fp_fusion", True), launch_pdl=meta.get("pdl", False))
 
 
 def _jit_launcher(fn, meta, cfg, interpret: bool, workspace: list):
@@ -198,7 +198,8 @@ def _fast_launcher(ck, meta, cfg, slow, device_index: int, use_c: bool, workspac
     md = ck.metadata
     ns = dict(slow=slow, workspace=workspace, stream=torch._C._cuda_getCurrentRawStream)
     if use_c and _c_fits(ck):
-        lines.append(f"    c_launch(function, {grid}, {_threads(md)}, {md.shared}, stream({device_index}), {ptrs})")
+        pdl = int(bool(getattr(md, "launch_pdl", False)))
+        lines.append(f"    c_launch(function, {grid}, {_threads(md)}, {md.shared}, stream({device_index}), {pdl}, {ptrs})")
         ns.update(function=_cu_function(ck), c_launch=c.launch)
     else:
         consts = ", ".join(str(v) for v in _constexprs(cfg).values())
@@ -236,7 +237,7 @@ def _cu_function(ck):
 
 
 # kernel needs that only Triton's launcher provides
-_C_UNSUPPORTED = ("global_scratch_size", "profile_scratch_size", "launch_cooperative_grid", "launch_pdl")
+_C_UNSUPPORTED = ("global_scratch_size", "profile_scratch_size", "launch_cooperative_grid")
 
 
 def _c_fits(ck) -> bool:
@@ -403,17 +404,19 @@ def build(name: str, source: str, meta: dict):
         except Exception as e:  # our fast path broke on this Triton: its own launch is correct
             print(f"pytest-fusion: {name}: plain Triton launch ({type(e).__name__}: {str(e)[:300]})", file=sys.stderr)
             cfg, launch, how, timed, seconds = configs[0], _jit_launcher(fn, meta, configs[0], False, workspace), "jit", [], None
-        launcher.info = _info(cfg, how, timed, tuned_earlier=chosen is not None, compile_s=seconds)
+        launcher.info = _info(cfg, how, timed, tuned_earlier=chosen is not None, compile_s=seconds,
+                              dependent=meta.get("pdl", False))
         return launch
 
     launcher = TritonLauncher(name, resolve)
     return launcher, path, hit
 
 
-def _info(cfg: dict, how: str, timed: list = (), tuned_earlier: bool = False, compile_s: float | None = None) -> dict:
-    """KernelRecord.launch."""
+def _info(cfg: dict, how: str, timed: list = (), tuned_earlier: bool = False, compile_s: float | None = None,
+          dependent: bool = False) -> dict:
+    """KernelRecord.launch (`dependent`: launched with programmatic dependent launch)."""
     return dict(config=cfg, launcher=how, timed=list(timed), tuned_earlier=tuned_earlier,
-                compile_s=None if compile_s is None else round(compile_s, 3))
+                compile_s=None if compile_s is None else round(compile_s, 3), dependent=dependent)
 
 
 def real_tensors():

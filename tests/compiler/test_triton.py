@@ -854,11 +854,64 @@ def test_gpu_autotuned_config_is_cached():
     assert launch == dict(kernel.launch, timed=[], tuned_earlier=True, compile_s=launch["compile_s"])
 
 
+def test_dependent_launch_waits_before_any_memory_access_on_h100():
+    """On sm_90 a kernel waits for the kernel before it (griddepcontrol.wait)
+    before its first load or store; the kernel carries the launch option that
+    makes Triton's launcher launch it so too. Compiled for sm_90 from a real
+    kernel with the renderer's wait."""
+    require_compiler_for_h100()
+    from compiler.codegen.triton import DEPENDENT_LAUNCH_WAIT
+
+    kernel = check(lambda x, w: (x * w).softmax(-1) + 1, rand(64, 1000, device="cpu"), rand(1000, device="cpu")).kernels[0]
+    assert "gdc_" not in kernel.source  # CPU kernels run in the interpreter, which has no griddepcontrol
+    meta = dict(meta_of(kernel.source), pdl=True)
+    lines = [f"META = {meta!r}" if line.startswith("META = ") else line for line in kernel.source.splitlines()]
+    body = lines.index(next(line for line in lines if line.startswith(f"def {kernel.name}("))) + 1
+    source = "\n".join(lines[:body] + [DEPENDENT_LAUNCH_WAIT] + lines[body:]) + "\n"
+    compiled = compile_for_h100(source, kernel.name)
+    assert compiled.metadata.launch_pdl
+    ptx = compiled.asm["ptx"]
+    first_access = min(ptx.find(op) for op in ("ld.global", "st.global") if op in ptx)
+    assert 0 < ptx.find("griddepcontrol.wait") < first_access
+
+
+def _dependent_kernels(x, w):
+    h = (x * w).softmax(-1)  # a row reduction
+    s = h.sum(0)  # over the strided dim: reads what the kernel before wrote
+    return (h - s).relu().amax(-1), s * 2  # reads both
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device: programmatic dependent launch is a GPU's")
+@pytest.mark.parametrize("pdl", [True, False])
+def test_gpu_dependent_kernels_launch_early_and_wait(pdl):
+    """With PDL (sm_90+), each kernel launches while the one before it runs and
+    waits for it before touching memory. Many calls queued back to back, each on
+    new inputs, the allocator handing freed buffers to the next kernels, match
+    eager: no kernel reads before its producer wrote or writes over what its
+    predecessor still reads. FUSION_PDL=0 renders and launches as before."""
+    if pdl and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs sm_90 or later")
+    w = rand(1000, device="cuda")
+    xs = [rand(333, 1000, device="cuda") for _ in range(40)]
+    with config.patch(pdl=pdl), torch.no_grad():
+        torch._dynamo.reset()
+        compiled = torch.compile(_dependent_kernels, backend="fusion")
+        with compiler.capture() as cap:
+            compiled(xs[0], w)
+        outs = [compiled(x, w) for x in xs]  # no synchronization between calls
+    assert len(cap.kernels) >= 3, [k.name for k in cap.kernels]
+    for k in cap.kernels:
+        assert ("tl.extra.cuda.gdc_wait()" in k.source) is pdl and k.launch["dependent"] is pdl
+    for x, out in zip(xs, outs):
+        for o, r in zip(out, _dependent_kernels(x, w)):
+            torch.testing.assert_close(o, r, **_tol(torch.float32))
+
+
 def test_kernel_records_say_how_they_launch():
     """Under the interpreter a kernel runs its one configuration, and says so."""
     kernel = check(lambda x: (x * 3).cos(), rand(5000, device="cpu")).kernels[0]
     assert kernel.launch == dict(config=meta_of(kernel.source)["configs"][0], launcher="interpreter", timed=[],
-                                 tuned_earlier=False, compile_s=None)
+                                 tuned_earlier=False, compile_s=None, dependent=False)
 
 
 def test_a_launcher_waits_on_its_first_run_and_tells_its_record():
