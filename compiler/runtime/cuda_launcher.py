@@ -42,7 +42,7 @@ typedef struct {
 typedef int (*launch_ex_t)(const launch_config_t*, void*, void**, void**);
 #define PROGRAMMATIC_STREAM_SERIALIZATION 6
 static launch_t cu_launch;
-static launch_ex_t cu_launch_ex; /* NULL on drivers before CUDA 11.8: plain launches */
+static launch_ex_t cu_launch_ex; /* in every driver that runs sm_90 (CUDA 11.8 on) */
 static ctx_get_t cu_ctx_get;
 static PyObject* data_ptr_name;
 

@@ -91,3 +91,6 @@ def test_kernels_show_their_launch_and_the_candidates_timed(tiny_doc):
     assert ("launch: XBLOCK=1 RBLOCK=4096 num_warps=16, 8192 programs; fastest of 3 timed: 33.1 us (others 35.0, 41.2 us); "
             "compiled in 0.21 s (the slowest of 3 candidates, compiled at once)") in html
     assert html.count("launch: ") == 1
+    assert "(PDL)" not in html
+    kernel["launch"]["dependent"] = True  # programmatic dependent launch (sm_90+)
+    assert "compiled at once); launched while the kernel before it finishes (PDL)" in render(doc)
