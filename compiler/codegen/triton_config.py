@@ -97,9 +97,11 @@ def dependent_launch(device: torch.device) -> bool:
     waits for it (griddepcontrol.wait) before it touches memory, so its launch
     latency overlaps its predecessor's tail (H200, five queued calls of
     ceil/floor/sum/softmax [4096, 4096], 2 kernels: 174.0 -> 164.5 us)."""
-    if not config.pdl or interpreting(device.type):
+    if not config.pdl or interpreting(device.type) or torch.cuda.get_device_capability(device)[0] < 9:
         return False
-    return torch.cuda.get_device_capability(device)[0] >= 9
+    from triton.language.extra import cuda
+
+    return hasattr(cuda, "gdc_wait")  # Triton 3.4 and later
 
 
 def pow2(n: int) -> int:

@@ -156,8 +156,11 @@ def _constexprs(cfg: dict) -> dict:
 
 def compile_options(meta: dict, cfg: dict) -> dict:
     """Triton's compile options for one configuration of a kernel."""
-    return dict(num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 1),
-                enable_fp_fusion=meta.get("fp_fusion", True), launch_pdl=meta.get("pdl", False))
+    options = dict(num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 1),
+                   enable_fp_fusion=meta.get("fp_fusion", True))
+    if meta.get("pdl"):  # an option since Triton 3.4 (triton_config.dependent_launch)
+        options["launch_pdl"] = True
+    return options
 
 
 def _jit_launcher(fn, meta, cfg, interpret: bool, workspace: list):
