@@ -886,24 +886,27 @@ def _dependent_kernels(x, w):
 def test_gpu_dependent_kernels_launch_early_and_wait(pdl):
     """With PDL (sm_90+), each kernel launches while the one before it runs and
     waits for it before touching memory. Many calls queued back to back, each on
-    new inputs, the allocator handing freed buffers to the next kernels, match
-    eager: no kernel reads before its producer wrote or writes over what its
-    predecessor still reads. FUSION_PDL=0 renders and launches as before."""
+    new inputs (some just written by ATen or cuBLAS), the allocator handing
+    freed buffers to the next kernels, match eager: no kernel reads before its
+    producer wrote or writes over what its predecessor still reads.
+    FUSION_PDL=0 renders and launches as before."""
     if pdl and torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("programmatic dependent launch needs sm_90 or later")
-    w = rand(1000, device="cuda")
+    w, m = rand(1000, device="cuda"), rand(1000, 1000, device="cuda") / 32
     xs = [rand(333, 1000, device="cuda") for _ in range(40)]
+    producers = [lambda x: x, lambda x: x * 1.5, lambda x: x @ m]  # as given, or just written by ATen or cuBLAS
     with config.patch(pdl=pdl), torch.no_grad():
         torch._dynamo.reset()
         compiled = torch.compile(_dependent_kernels, backend="fusion")
         with compiler.capture() as cap:
             compiled(xs[0], w)
-        outs = [compiled(x, w) for x in xs]  # no synchronization between calls
+        # no synchronization between calls
+        outs = [compiled(producers[i % 3](x), w) for i, x in enumerate(xs)]
     assert len(cap.kernels) >= 3, [k.name for k in cap.kernels]
     for k in cap.kernels:
         assert ("tl.extra.cuda.gdc_wait()" in k.source) is pdl and k.launch["dependent"] is pdl
-    for x, out in zip(xs, outs):
-        for o, r in zip(out, _dependent_kernels(x, w)):
+    for i, (x, out) in enumerate(zip(xs, outs)):
+        for o, r in zip(out, _dependent_kernels(producers[i % 3](x), w)):
             torch.testing.assert_close(o, r, **_tol(torch.float32))
 
 
