@@ -54,7 +54,37 @@ def test_unchecked(fusion):
     fusion.run(lambda x: x + torch.rand_like(x), fusion.randn(100), check=False)
 """)
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["E * AssertionError: fusion.run: compiled output differs from eager (rtol=0.0001, atol=1e-05):"])
+    result.stdout.fnmatch_lines(["E * AssertionError: fusion.run: compiled output differs from eager (rtol=0.0001, atol=1e-05), "
+                                 "and from the float64 result (ours by up to *, eager's by up to *):"])
+
+
+def test_run_accepts_an_exact_result_where_eager_is_off(run):
+    """Where eager's float32 result is the inexact one (here its path rounds
+    through bfloat16; Dynamo traces the exact one), the compiled output passes
+    if it is within tolerance of the result computed in float64, with a warning
+    saying so; a compiled output off both still fails."""
+    result = run("""
+import torch
+
+def through_bf16(x):
+    if torch.compiler.is_compiling() or x.dtype == torch.float64:
+        return (x * 3).sin()
+    return (x * 3).to(torch.bfloat16).sin().float()
+
+def off_both(x):
+    return (x * 3).sin() + (1e-3 if torch.compiler.is_compiling() else 0.0)
+
+def test_eager_off(fusion):
+    fusion.run(through_bf16, fusion.randn(1000))
+
+def test_ours_off(fusion):
+    fusion.run(off_both, fusion.randn(1000))
+""", "--fusion-no-perf")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_eager_off: eager's output is off the float64 result (rtol=0.0001, atol=1e-05) "
+                                 "and the compiled one is not: it passes (ours by up to *e-0[78], eager's by up to 0.0*)"])
+    result.stdout.fnmatch_lines(["E * compiled output differs from eager (rtol=0.0001, atol=1e-05), and from the float64 result "
+                                 "(ours by up to 0.001*, eager's by up to *e-0[78]):"])
 
 
 def test_compile_is_recorded_and_measured_after_the_test(results, run):
