@@ -175,6 +175,11 @@ def plan(kernel: FusedKernel, device: torch.device, itemsize: int, int64: bool =
         # hides memory latency with warps, not with pipelining
         programs = SM_COUNT * SPLIT_WARPS_PER_SM // configs[0]["num_warps"]
         p.split = max(1, min(cdiv(programs, xblocks), iterations // SPLIT_MIN_ITERATIONS))
+        # no more partials than a step's RBLOCK where that keeps 7/8 of the programs:
+        # the last program then combines them in the main loop's tile (see _partials_index)
+        rb = min(c["RBLOCK"] for c in configs)
+        if rb < p.split <= rb * 8 // 7:
+            p.split = rb
     p.configs = [dict(c, grid=cdiv(xn, c["XBLOCK"]) * p.split) for c in configs]
     return p
 
