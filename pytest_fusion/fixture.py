@@ -58,14 +58,21 @@ def _clone(tree):
     return pytree.tree_map(one, tree)
 
 
+def _float64_copy(x):
+    """A copy of tensor `x`, in float64 if it is floating: fn may write to its
+    inputs, and those of a first call are kept for measuring."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    return x.detach().to(torch.float64, copy=True) if x.is_floating_point() else x.detach().clone()
+
+
 def _float64_result(fn, args):
     """`fn` on float64 copies of the floating tensors in `args` (and of a module's
     parameters): the flattened outputs, or None where `fn` does not run so."""
     try:
         if isinstance(fn, torch.nn.Module):
             fn = copy.deepcopy(fn).double()
-        wide = pytree.tree_map(lambda t: t.detach().to(torch.float64, copy=True) if isinstance(t, torch.Tensor) and t.is_floating_point() else t, args)
-        return pytree.tree_flatten(fn(*wide))[0]
+        return pytree.tree_flatten(fn(*pytree.tree_map(_float64_copy, args)))[0]
     except Exception:  # float64 is a tie-break; without it the mismatch stands
         return None
 
