@@ -165,8 +165,8 @@ class Fusion:
         expected = fn(*_clone(args)) if check else None
         out = self._call(handle, args, {})
         if check:
-            inputs = handle.target and handle.target.args  # as they were before the compiled call
-            exact = functools.cache(lambda: inputs is not None and _float64_result(fn, inputs) or None)
+            first = handle.target  # its inputs as they were before the compiled call; None when nested
+            exact = functools.cache(lambda: _float64_result(fn, first.args) if first else None)
             self._compare(out, expected, rtol, atol, exact=exact)
         self._measure(handle)
         return out
