@@ -314,9 +314,9 @@ class TritonKernel:
             return f"({code}) != 0"
         if dst in (torch.float16, torch.bfloat16) and src not in (torch.float32, torch.float16, torch.bfloat16):
             code, src = f"({code}).to(tl.float32)", torch.float32  # as torch converts: through float32
-        if dst == torch.bfloat16 and src == torch.float32 and self.device.type != "cuda":
+        if dst == torch.bfloat16 and src.is_floating_point and self.device.type != "cuda":
             self.helpers.add("_to_bf16")  # the interpreter truncates: round to nearest even here
-            return f"_to_bf16({code})"
+            return f"_to_bf16({code if src == torch.float32 else f'({code}).to(tl.float32)'})"
         return f"({code}).to({TL_DTYPE[dst]})"
 
     def _load(self, s: ir.Expr, cse: dict) -> Value:
@@ -326,7 +326,9 @@ class TritonKernel:
         idx = self.simplify(index)
         axes = self.index_axes(idx, cse, indirect)
         code = self._index_code(idx, {sym: cse[x].code for sym, x in indirect})
-        if not axes:  # one element: a block of one, as a 0-d value mixes badly with blocks
+        if not axes and not any(cse[x].tensor for _, x in indirect):
+            # one element: a block of one, as a 0-d value mixes badly with blocks
+            # (an index read from memory is one already)
             code = f"tl.full({self.ones_shape()}, {code}, {'tl.int64' if self.int64 else 'tl.int32'})"
         mask = self.mask(axes)
         m = f", {mask}, other=0" if mask else ""
@@ -604,15 +606,8 @@ class TritonKernel:
             body.append(f"{indent}{acc} = {self._final(rt, code)}")
         return Value(acc, frozenset({"x"}))
 
-    def _combiner(self, rt: str, positional: bool = True) -> str:
-        """The combine function for tl.reduce. The interpreter runs Triton's own
-        combiners in numpy and any other one element by element, so CPU kernels
-        use Triton's (which ignore NaN in max/min, and whose arg reductions return
-        positions along the axis: `positional`); GPU kernels propagate NaN as torch does."""
-        if self.device.type != "cuda" and (rt in ("max", "min") or positional and rt in ("argmax", "argmin")):
-            return {"max": "tl.standard._elementwise_max", "min": "tl.standard._elementwise_min",
-                    "argmax": "tl.standard._argmax_combine_tie_break_left",
-                    "argmin": "tl.standard._argmin_combine_tie_break_left"}[rt]
+    def _combiner(self, rt: str) -> str:
+        """The combine function for tl.reduce on a GPU: max and min propagate NaN as torch does."""
         helper = {"prod": "_prod", "max": "_max_nan", "min": "_min_nan", "argmax": "_argmax", "argmin": "_argmin"}.get(rt)
         if helper:
             self.helpers.add(helper)
@@ -620,9 +615,16 @@ class TritonKernel:
         return {"sum": "tl.standard._sum_combine", "any": "tl.standard._elementwise_max",
                 "all": "tl.standard._elementwise_min"}[rt]
 
-    def _final(self, rt: str, code: str, index: str | None = None, positional: bool = True) -> str:
+    def _final(self, rt: str, code: str, index: str | None = None) -> str:
         """Code reducing the block `code` along r, as a [XBLOCK, 1] value."""
-        fn = self._combiner(rt, positional)
+        if self.device.type != "cuda" and rt in ("max", "min", "argmax", "argmin"):
+            # the interpreter runs any combiner but Triton's own element by element,
+            # and Triton's max and min as numpy's, which skip NaN: rows of numpy steps
+            largest = rt in ("max", "argmax")
+            helper = "_arg_rows" if index else "_extreme_rows"
+            self.helpers.add(helper)
+            return f"{helper}({code}{', ' + index if index else ''}, {largest})[:, None]"
+        fn = self._combiner(rt)
         if index is not None:  # arg reductions: reduce (value, index) pairs, keep the index
             return f"tl.reduce(({code}, {index}), 1, {fn})[1][:, None]"
         if rt in ("any", "all"):
@@ -743,7 +745,7 @@ class TritonKernel:
             if base is not None:  # lane sums are relative to lane maxes: bring them to the row's
                 bacc = f"_acc_{base.node.name}"
                 lanes = f"tl.where({bacc} == float('-inf'), 0.0, {lanes} * tl.exp({bacc} - acc_{base.node.name}))"
-            body.append(f"    {acc} = {self._final(rt, lanes, index, positional=False)}")
+            body.append(f"    {acc} = {self._final(rt, lanes, index)}")
             v = Value(acc, frozenset({"x"}))
             self.regs[m.node.name] = v
             if self.split == 1:
@@ -807,7 +809,7 @@ class TritonKernel:
             bacc = f"acc_{base.node.name}"
             parts = f"tl.where(smask & ({bacc}_p != float('-inf')), {acc}_p * tl.exp({bacc}_p - {bacc}), 0.0)"
         return [f"{ind}{acc}_p = tl.load({ws} + (x0 * {row_stride} + sindex), {mask}, other={init}, cache_modifier='.cg')",
-                f"{ind}{acc} = {self._final(rt, parts, positional=False)}"]
+                f"{ind}{acc} = {self._final(rt, parts)}"]
 
     # -- cooperative rows ------------------------------------------------------------------------
     def _coop_ticket(self) -> list[str]:
@@ -848,7 +850,7 @@ class TritonKernel:
                     self._member(m, cse, body, "    ")
                 elif m.node.name not in self.alias:
                     v = self.emit(m.value, cse, body, "    ")
-                    part = self._final(m.node.buffer.reduction_type, self._masked(m, v), positional=False)
+                    part = self._final(m.node.buffer.reduction_type, self._masked(m, v))
                     body.append(f"    tl.store(ws_ptr{index[m.node.name]} + (x0 * {self.coop_max_slices} + split), {part})")
                     reds.append(m)
             if not reds:

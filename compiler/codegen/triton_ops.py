@@ -287,6 +287,33 @@ def _argmin(a, ia, b, ib):
     pick = better | tie
     return tl.where(pick, a, b), tl.where(pick, ia, ib)
 """,
+    # Triton's interpreter: a row's max, min and their positions as torch gives
+    # them (NaN first), from reductions it runs as numpy's (which skip NaN, and
+    # fail on a row of them) and selects
+    "_extreme_rows": """@triton.jit
+def _extreme_rows(x, largest: tl.constexpr):
+    m = tl.reduce(x, 1, tl.standard._elementwise_max if largest else tl.standard._elementwise_min)
+    if x.dtype.is_floating():
+        m = tl.where(_any_rows(x != x), float("nan"), m)
+    return m
+""",
+    "_any_rows": """@triton.jit
+def _any_rows(x):
+    return tl.reduce(x.to(tl.int8), 1, tl.standard._elementwise_max) != 0
+""",
+    "_arg_rows": """@triton.jit
+def _arg_rows(x, i, largest: tl.constexpr):
+    none = 2147483647
+    if x.dtype.is_floating():
+        nan = x != x
+        first_nan = tl.reduce(tl.where(nan, i, none), 1, tl.standard._elementwise_min)
+        x = tl.where(nan, float("-inf") if largest else float("inf"), x)
+    best = tl.reduce(x, 1, tl.standard._elementwise_max if largest else tl.standard._elementwise_min)
+    pos = tl.reduce(tl.where(x == best[:, None], i, none), 1, tl.standard._elementwise_min)
+    if x.dtype.is_floating():
+        pos = tl.where(first_nan != none, first_nan, pos)
+    return pos
+""",
     # a cooperative slice at a row's edge is masked; one inside it is not, so that
     # its accesses stay 16-byte vectors (Triton vectorizes only under a mask it
     # can prove constant over each vector)
@@ -322,7 +349,7 @@ def _rsqrt(x):
     return tl.inline_asm_elementwise("rsqrt.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
 """,
 }
-HELPER_DEPS = {"_erf": ["_ex2"], "_floordiv": ["_truncdiv"], "_int_fmod": ["_truncdiv"], "_int_remainder": ["_int_fmod", "_truncdiv"]}
+HELPER_DEPS = {"_erf": ["_ex2"], "_extreme_rows": ["_any_rows"], "_floordiv": ["_truncdiv"], "_int_fmod": ["_truncdiv"], "_int_remainder": ["_int_fmod", "_truncdiv"]}
 
 
 def helper_sources(called, cuda: bool) -> list[str]:

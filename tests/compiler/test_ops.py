@@ -204,6 +204,18 @@ def test_scalar_arguments(check_compiled, dtype):
     run_family(check_compiled, SCALAR, [a], min_ops=5)
 
 
+@pytest.mark.parametrize("src", FLOATS, ids=dtype_id)
+def test_float_conversions_round_as_aten(check_compiled, src):
+    """Every conversion between float dtypes gives ATen's bits, rounding to nearest
+    even (Triton's interpreter truncates to bfloat16: we round ourselves), with
+    values between two targets' steps and out of float16's range."""
+    torch.manual_seed(13)
+    x = (torch.randn(4000, dtype=torch.float64) * torch.logspace(-6, 6, 4000, dtype=torch.float64)).to(src)
+    targets = [d for d in FLOATS if d != src]
+    check_compiled(lambda a: tuple(a.to(d) for d in targets), x, names=[f"to {dtype_id(d)}" for d in targets],
+                   tol=dict(rtol=0, atol=0))
+
+
 INTEGER_EDGES = {
     "floor_divide": lambda a, d, s: torch.floor_divide(a, d), "remainder": lambda a, d, s: torch.remainder(a, d),
     "fmod": lambda a, d, s: torch.fmod(a, d), "floordiv_scalar": lambda a, d, s: a // -1,
@@ -340,6 +352,26 @@ def test_reductions(check_compiled, dtype, shape):
     cap = check_compiled(lambda x, p: tuple(f(x, p) for f in ops.values()), x, p, names=list(ops), tol=tol)
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
     assert len(ops) >= len(dims) * 4
+
+
+@pytest.mark.filterwarnings("ignore:All-NaN")  # numpy's, in Triton's interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+@pytest.mark.parametrize("cols", [37, 5000])  # a row in one block, and looped
+def test_max_min_and_their_positions_put_nan_first(check_compiled, dtype, cols):
+    """A row's max and min are NaN where it holds one, and their positions the
+    first NaN's, as in eager: rows with a NaN, several, only NaN, only -inf, and
+    columns with some (Triton's interpreter skips NaN: we must not)."""
+    torch.manual_seed(14)
+    x = torch.randn(7, cols).to(dtype)
+    x[1, cols // 3] = x[2, cols - 1] = x[2, 3] = x[4] = float("nan")
+    x[5] = float("-inf")
+    table = {
+        "argmax": lambda x: x.argmax(-1), "argmin": lambda x: x.argmin(-1), "max": lambda x: x.max(-1),
+        "min": lambda x: x.min(-1), "amax": lambda x: x.amax(-1), "amin": lambda x: x.amin(-1),
+        "argmax(0)": lambda x: x.argmax(0), "amin(0)": lambda x: x.amin(0),
+    }
+    fns = list(table.values())
+    check_compiled(lambda x: tuple(f(x) for f in fns), x, names=list(table), tol=dict(rtol=0, atol=0))
 
 
 # a pointwise op on a reduction's result, fused into the reduction's kernel: it reads

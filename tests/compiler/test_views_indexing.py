@@ -164,6 +164,8 @@ def test_indirect_reads(check_compiled, dtype):
         "x[i, :, j] (split index dims)": lambda x, i, j, g, w, tok: x[i, :, j],
         "x[i, i % 5] (adjacent index dims)": lambda x, i, j, g, w, tok: x[i, i % 5],
         "x[2D index]": lambda x, i, j, g, w, tok: x[g[:2, :2, 0]],
+        "x[i[:1], 2, 3] (one element at an index read)": lambda x, i, j, g, w, tok: x[i[:1], 2, 3],
+        "x[i[:1], 2].sum(-1) (a row at an index read)": lambda x, i, j, g, w, tok: x[i[:1], 2].sum(-1),
         "scatter_add(dim=1)": lambda x, i, j, g, w, tok: torch.scatter_add(x, 1, g, x[:, 2:]),
         "scatter(dim=-1, value)": lambda x, i, j, g, w, tok: x.scatter(-1, g.transpose(1, 2)[:, :5, :2], 3),
         "scatter_add(short index)": lambda x, i, j, g, w, tok: torch.scatter_add(x, 1, g[:4, :, 2:5], x[:, :3]),
