@@ -314,9 +314,9 @@ class TritonKernel:
             return f"({code}) != 0"
         if dst in (torch.float16, torch.bfloat16) and src not in (torch.float32, torch.float16, torch.bfloat16):
             code, src = f"({code}).to(tl.float32)", torch.float32  # as torch converts: through float32
-        if dst == torch.bfloat16 and src.is_floating_point and self.device.type != "cuda":
-            self.helpers.add("_to_bf16")  # the interpreter truncates: round to nearest even here
-            return f"_to_bf16({code if src == torch.float32 else f'({code}).to(tl.float32)'})"
+        if dst == torch.bfloat16 and self.device.type != "cuda":
+            self.helpers.add("_to_bf16")  # the interpreter truncates: round to nearest even here, from float32
+            return f"_to_bf16({self.convert(code, src, torch.float32)})"
         return f"({code}).to({TL_DTYPE[dst]})"
 
     def _load(self, s: ir.Expr, cse: dict) -> Value:
