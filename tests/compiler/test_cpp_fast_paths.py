@@ -238,3 +238,14 @@ def test_integer_division_by_zero_raises_instead_of_killing_the_process(dtype):
         f(a, b)
     b[517] = 3
     assert torch.equal(f(a, b), (a // b) + (a % b) + torch.fmod(a, b))  # the flag was cleared
+
+
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom")  # std of one element, in eager
+def test_products_are_rounded_before_they_cancel(check_compiled):
+    """g++ would contract a*b - mean into a fused multiply-add, which keeps a*b
+    unrounded: over one element the deviation became a rounding error and std
+    over it inf, where eager's is nan (0/0). We build with -ffp-contract=off."""
+    torch.manual_seed(3)
+    a, b = torch.randn(7, 1, 33), torch.randn(7, 1, 33)
+    cap = check_compiled(lambda a, b: ((a * b).std(1), (a * b).var(1, correction=0)), a, b)
+    assert cap.kernels
