@@ -17,7 +17,8 @@ from .cache import cache_dir, content_hash, valid_entry, write_entry
 # -ffp-contract=off, as Inductor: a fused multiply-add keeps a*b unrounded, so a*b - mean
 # over one element is a rounding error instead of eager's exact 0 (std over it gave inf, not nan)
 # C++14, not 17: the C++17 <cmath> (special functions) alone triples the time g++ takes per kernel
-FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-shared", "-fPIC", "-std=c++14", "-w"]
+FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-fno-math-errno", "-fno-trapping-math",
+         "-shared", "-fPIC", "-std=c++14", "-w"]
 LIBS = ["-lmvec", "-lm"]
 
 
