@@ -108,7 +108,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str = "inferen
         _record_launch(record, k, launchers[k.name])
     _debug_dump(record)
     publish(record)
-    if config.cuda_graphs and device.type == "cuda":
+    if config.cuda_graphs and device.type == "cuda" and not graph.crosses_devices:  # host copies cannot be captured
         from .runtime import cuda_graphs
 
         call = cuda_graphs.wrap(call)

@@ -107,6 +107,8 @@ class GraphLowering:
         self.current: torch.fx.Node | None = None
         self.mutations: list[ir.ComputedBuffer] = []
         self.effects: list[ir.ExternCall] = []  # calls run for what they do, not for a value (asserts)
+        self.device_copies: dict[torch.fx.Node, View] = {}  # values of another device, copied to this one
+        self.crosses_devices = False  # some op runs on, or copies from, another device
 
     # -- naming --------------------------------------------------------------
     def new_name(self, prefix="buf") -> str:
@@ -176,8 +178,14 @@ class GraphLowering:
         return self
 
     def _args(self, node):
+        return self.args_with(node, {})
+
+    def args_with(self, node, replaced: dict):
+        """The node's args and kwargs as lowered values, `replaced` {fx node: value} taking precedence."""
         def look(a):
-            return self.env[a] if isinstance(a, torch.fx.Node) else a
+            if not isinstance(a, torch.fx.Node):
+                return a
+            return replaced[a] if a in replaced else self.env[a]
 
         args = torch.fx.node.map_aggregate(node.args, look)
         kwargs = torch.fx.node.map_aggregate(node.kwargs, look)

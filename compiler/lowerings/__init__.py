@@ -4,12 +4,28 @@ no entry, or whose lowering declines with `Unsupported` (or fails), runs through
 ATen as a fallback: always correct, and listed in the graph's record."""
 from __future__ import annotations
 
+import torch
+
 from .registry import LOWERINGS, Unsupported, register  # noqa: F401
 from . import pointwise, reduction, views, indexing, extern, prims  # noqa: F401  (fill the registry)
-from .extern import fallback
+from .extern import call_aten, device_copy, fallback, foreign_inputs, node_device
+
+aten = torch.ops.aten
 
 
 def lower_node(graph, node, args, kwargs):
+    """Kernels only touch memory on the graph's device: an op that computes on
+    another device, or copies between devices, runs in ATen; a tensor of another
+    device read by one of ours (a 0-d CPU tensor, CPU indices) is copied over first."""
+    out, foreign = node_device(graph, node), foreign_inputs(graph, node)
+    copies = node.target in (aten._to_copy.default, aten.copy.default)
+    if (out is not None and out != graph.device) or (foreign and copies):
+        graph.crosses_devices = True
+        reason = f"on {out}, across devices" if copies else f"on {out}; the graph's kernels run on {graph.device}"
+        return call_aten(graph, node, args, kwargs, "extern" if copies else "fallback", reason)
+    if foreign:
+        graph.crosses_devices = True
+        args, kwargs = graph.args_with(node, {a: device_copy(graph, a) for a in foreign})
     fn = LOWERINGS.get(node.target) or LOWERINGS.get(getattr(node.target, "overloadpacket", None))
     if fn is None:
         return fallback(graph, node, args, kwargs, reason="no lowering")

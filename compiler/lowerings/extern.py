@@ -78,6 +78,38 @@ def call_aten(g, node, args, kwargs, kind, reason="", target=None, fx_args=None)
     raise NotImplementedError(f"{node.target} returns {type(val).__name__}, which cannot be lowered or called")
 
 
+def _on(g, device: torch.device) -> torch.device:
+    """`device`, as the graph names it where it is the graph's (cuda is cuda:0)."""
+    same = device.type == g.device.type and device.index in (None, g.device.index)
+    return g.device if same else device
+
+
+def node_device(g, node) -> torch.device | None:
+    """The device of the node's (first) tensor result; None without one."""
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    return next((_on(g, v.device) for v in vals if isinstance(v, torch.Tensor)), None)
+
+
+def foreign_inputs(g, node) -> list:
+    """The node's tensor inputs that live on another device than the graph's."""
+    return [a for a in node.all_input_nodes
+            if isinstance(v := a.meta.get("val"), torch.Tensor) and _on(g, v.device) != g.device]
+
+
+def device_copy(g, fx_node) -> View:
+    """The value of `fx_node` (on another device) copied to the graph's, once a call."""
+    if fx_node not in g.device_copies:
+        val = fx_node.meta["val"]
+        buf = g.register(ir.ExternCall(
+            name=g.new_name(), size=tuple(val.shape), stride=contiguous_strides(tuple(val.shape)), dtype=val.dtype,
+            device=g.device, target=aten._to_copy.default, args=(_to_ref(g, g.env[fx_node], fx_node),),
+            kwargs=dict(device=g.device, memory_format=torch.contiguous_format), origins=(fx_node.name,),
+            origin_ops=g.ops_of((fx_node.name,)), kind="extern", reason=f"{val.device} to {g.device}"))
+        g.device_copies[fx_node] = View(buf, buf.size, buf.stride, 0)
+    return g.device_copies[fx_node]
+
+
 def fallback(g, node, args, kwargs, reason):
     return call_aten(g, node, args, kwargs, "fallback", reason)
 

@@ -74,8 +74,10 @@ def make_program(seed: int):
         elif kind == "gather":  # rows in a random order: an index read from memory
             d = rng.randrange(3)
             perm = torch.randperm(shape[d], generator=gen)
-            steps.append((f"v{i}.index_select({d}, perm)",
-                          lambda v, i=i, d=d, perm=perm: torch.broadcast_to(v[i], shape).index_select(d, perm)))
+
+            def gather(v, i=i, d=d, perm=perm):
+                return torch.broadcast_to(v[i], shape).index_select(d, perm.to(v[i].device))
+            steps.append((f"v{i}.index_select({d}, perm)", gather))
         elif kind == "roll":  # two slices concatenated
             d, k = rng.randrange(3), rng.randrange(1, 4)
             steps.append((f"roll(v{i}, {k}, dim={d})",

@@ -1070,3 +1070,31 @@ def test_gpu_kernels_compile_in_worker_processes():
     cap = check(lambda x: (x.exp() * 0.75).softmax(-1), rand(4096, 2049, device="cuda"))
     configs = sum(len(meta_of(k.source)["configs"]) for k in cap.kernels)
     assert (workers.compiled - before[0], workers.failed - before[1]) == (configs, 0)
+
+
+ACROSS_DEVICES = {
+    "0-d CPU input": (lambda x, s: x * s + 1, lambda x: (x, torch.tensor(2.5))),
+    "0-d CPU constant": (lambda x: x * torch.tensor(3.0) + 1, lambda x: (x,)),
+    "CPU input moved in": (lambda x, y: (x + y.to(x.device)).sin(), lambda x: (x, torch.randn(x.shape[-1]))),
+    "CPU indices": (lambda x, i: x[i] * 2, lambda x: (x, torch.randperm(x.shape[0]))),
+    "result moved out": (lambda x: (x * 2).cpu() + 1, lambda x: (x,)),
+    "a CPU op beside": (lambda x, y: ((x * 2).sum(0), y * 3 + 1), lambda x: (x, torch.randn(7))),
+}
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device: tensors on two devices need one")
+@pytest.mark.parametrize("case", ACROSS_DEVICES)
+def test_kernels_read_only_the_graphs_device(case):
+    """A tensor of another device that a kernel would read (a 0-d CPU tensor,
+    which eager lets into any op, CPU indices, a CPU input moved in) is copied
+    over first, and an op on the CPU runs in ATen: our kernels read a CPU
+    pointer before (an illegal memory access). With CUDA graphs on, such a
+    graph is not captured (host copies cannot be) and keeps its results."""
+    fn, make = ACROSS_DEVICES[case]
+    args = make(rand(37, 5, device="cuda"))
+    check(fn, *args)
+    torch._dynamo.reset()
+    with config.patch(cuda_graphs=True):
+        compiled = torch.compile(fn, backend="fusion")
+        for _ in range(3):
+            torch.testing.assert_close(compiled(*args), fn(*args))
