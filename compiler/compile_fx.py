@@ -11,7 +11,7 @@ from . import ir
 from .codegen import common
 from .codegen.wrapper import WrapperCode
 from .config import config
-from .graph import GraphLowering
+from .graph import GraphLowering, View
 from .scheduler import ExternStep, FusedKernel, schedule
 from .stats import CallRecord, GraphRecord, KernelRecord, next_graph_id, publish
 
@@ -45,6 +45,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str = "inferen
     start, device, gid, aten_graph, n_aten = _describe(gm, example_inputs)
 
     graph = GraphLowering(gm, example_inputs, device).run()
+    _report_output_strides(graph)
     sched = schedule(graph)
     target = codegen_target(device)
     backend = _backend(target)
@@ -115,6 +116,15 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str = "inferen
     call._boxed_call = True
     call.record = record
     return call
+
+
+def _report_output_strides(graph: GraphLowering) -> None:
+    """Tell AOTAutograd the strides of the forward's outputs, as Inductor does: it
+    compiles the backward for the activations saved among them, and one eager
+    left expanded (stride 0) we may return dense."""
+    context = torch._guards.TracingContext.try_get()
+    if context is not None and context.output_strides is not None and not context.output_strides:
+        context.output_strides.extend(tuple(v.stride) if isinstance(v, View) else None for v in graph.outputs)
 
 
 def _record_launch(record: GraphRecord, kernel: KernelRecord, launcher) -> None:

@@ -300,7 +300,10 @@ class Scheduler:
 
     def run(self):
         nodes: dict[str, Node] = {}
-        for buf in self.graph.buffers:
+        # mutations last: every read of an input is of its old value (functionalized),
+        # and buffers realized after the write-back (outputs) may read it too
+        mutations_last = sorted(self.graph.buffers, key=lambda b: getattr(b, "store_target", None) is not None)
+        for buf in mutations_last:
             if buf.name not in self.live or isinstance(buf, ir.InputBuffer):
                 continue
             if isinstance(buf, ir.ComputedBuffer):
@@ -365,15 +368,18 @@ class Scheduler:
         for name in member.reads.keys() & written:
             producer = next(m for m in kernel.members if m.node.name == name)
             phase = max(phase, _phase_after(producer, member, kernel))
+        # a mutation's target may be read in this kernel only at the index it writes,
+        # and only before: the write joins the last loop over r that reads it
+        target = node.buffer.store_target
+        if target is not None:
+            if not read_only_at(kernel.members, target.name, member.store_index):
+                return None, f"it overwrites {target.name}, which the kernel reads elsewhere"
+            phase = max([phase] + [m.phase for m in kernel.members if target.name in m.reads])
         member.phase = phase
         if member.role == "full" and phase >= 2:
             why = _splits_rows_alone(kernel, self.graph.device)
             if why:
                 return None, why
-        # a mutation's target may be read in this kernel only at the index it writes
-        target = node.buffer.store_target
-        if target is not None and not read_only_at(kernel.members, target.name, member.store_index):
-            return None, f"it overwrites {target.name}, which the kernel reads elsewhere"
         return member, ""
 
     def _placed(self, kernel: FusedKernel, node: Node, consumed: set):

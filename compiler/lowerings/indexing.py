@@ -123,27 +123,25 @@ def copy_(g, node, dst, src, non_blocking=False):
         raise Unsupported("copy_ into something other than a graph input")
     if not is_tensor(src):
         raise Unsupported("copy_ from a scalar")
-    size, dtype = dst.size, dst.dtype
-
-    def body(idx):
-        return ir.cast(broadcast_load(src, size, idx), dtype)
-
     origins = origins_of(g, node, src)
-    buf = g.register(
-        ir.ComputedBuffer(
-            name=g.new_name(),
-            size=size,
-            stride=dst.stride,
-            dtype=dtype,
-            device=g.device,
-            kind="pointwise",
-            ranges=size,
-            body=body,
-            origins=origins,
-            origin_ops=g.ops_of(origins),
-            store_target=dst.buffer,
-            store_offset=dst.offset,
-        )
-    )
-    g.mutations.append(buf)
+
+    def write(value):
+        return ir.ComputedBuffer(
+            name=g.new_name(), size=dst.size, stride=dst.stride, dtype=dst.dtype, device=g.device, kind="pointwise",
+            ranges=dst.size, body=lambda idx: ir.cast(broadcast_load(value, dst.size, idx), dst.dtype),
+            origins=origins, origin_ops=g.ops_of(origins), store_target=dst.buffer, store_offset=dst.offset)
+
+    buf = write(src)
+    if _reads_overwritten(buf, {m.store_target.name for m in g.mutations}):
+        buf = write(g.realize(src))  # computed before any input is written (mutations run last, in order)
+    g.mutations.append(g.register(buf))
     return dst
+
+
+def _reads_overwritten(buf: ir.ComputedBuffer, written: set) -> bool:
+    """Whether the write's value reads an input after it is written: its own at
+    another element (x.copy_(x.flip(0))), or one an earlier write replaced."""
+    from ..scheduler import make_node, read_only_at  # it imports the lowerings' graph
+
+    node = make_node(buf)
+    return bool(node.reads.keys() & written) or not read_only_at([node], buf.store_target.name, node.store_index)

@@ -13,8 +13,13 @@ import math
 import os
 import random
 
+import contextlib
+
 import pytest
 import torch
+
+import compiler
+from compiler.config import config
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
@@ -35,26 +40,33 @@ REDUCE = {
     "logsumexp-log(n)": lambda x, d: torch.logsumexp(x, d, keepdim=True) - math.log(x.shape[d]),
     "sum/n": lambda x, d: x.sum(d, keepdim=True) / x.shape[d],
 }
+# the gradient of amax and amin goes to the elements equal to the result; in C++ a
+# value recomputed by a vectorized loop (libmvec's logf) can differ by an ulp from
+# the same value stored by a scalar one, and the backward then finds no such element
+TIES = ("amax", "amin")
 SHAPES = [(3, 37, 37), (5, 19, 19), (2, 3, 9001), (64, 2, 129)]
 # a fixed set in CI; FUSION_RANDOM_PROGRAMS=500 searches further
 PROGRAMS = int(os.environ.get("FUSION_RANDOM_PROGRAMS", 24))
 
 
-def make_program(seed: int):
-    """(fn, inputs, description): fn(*inputs) returns three of the values it computes."""
+def make_program(seed: int, grads: bool = False):
+    """(fn, inputs, description): fn(*inputs) returns three of the values it
+    computes. `grads`: float32, and no step writes to an input."""
     rng = random.Random(seed)
     shape = SHAPES[seed % len(SHAPES)]
+    square = shape[1] == shape[2]
     gen = torch.Generator().manual_seed(seed)
     # every other program loads bfloat16 and stores it: converted at the edges only,
     # where eager rounds as we do (inside, eager would round after every op)
-    dtype = torch.bfloat16 if seed % 2 else torch.float32
+    dtype = torch.bfloat16 if seed % 2 and not grads else torch.float32
     inputs = [(torch.rand(shape, generator=gen) * 4 - 2).to(dtype) for _ in range(3)]
-    if shape[1] == shape[2]:  # one input read through transposed strides
+    if square:  # one input read through transposed strides
         inputs[2] = inputs[2].transpose(1, 2)
+    kinds = ["unary", "binary", "binary", "reduce", "reduce", "select", "view", "gather", "roll", "interleave",
+             "integer"] + (["bmm"] if square else []) + ([] if grads else ["write"])
     steps = []  # (text, fn over the values so far)
     for _ in range(rng.randint(5, 10)):
-        kind = rng.choice(["unary", "binary", "binary", "reduce", "reduce", "select", "transpose", "gather", "roll",
-                           "integer"])
+        kind = rng.choice(kinds)
         n = 3 + len(steps)  # values so far: the inputs, then each step's
         i, j = rng.randrange(n), rng.randrange(n)
         if kind == "unary":
@@ -64,7 +76,7 @@ def make_program(seed: int):
             name = rng.choice(sorted(BINARY))
             steps.append((f"{name}(v{i}, v{j})", lambda v, f=BINARY[name], i=i, j=j: f(v[i], v[j])))
         elif kind == "reduce":
-            name, d = rng.choice(sorted(REDUCE)), rng.randrange(3)
+            name, d = rng.choice([r for r in sorted(REDUCE) if not (grads and r in TIES)]), rng.randrange(3)
             # a reduced value (a dim of 1) broadcasts: reduce the full-shape value it is added to
             steps.append((f"{name}(v{i} + v{j}, dim={d})",
                           lambda v, f=REDUCE[name], i=i, j=j, d=d: f(torch.broadcast_to(v[i] + v[j], shape) * 0.5, d)))
@@ -82,10 +94,20 @@ def make_program(seed: int):
             d, k = rng.randrange(3), rng.randrange(1, 4)
             steps.append((f"roll(v{i}, {k}, dim={d})",
                           lambda v, i=i, d=d, k=k: torch.roll(torch.broadcast_to(v[i], shape), k, d)))
+        elif kind == "interleave":  # even then odd positions: strided slices concatenated
+            steps.append((f"cat(v{i}[..., ::2], v{i}[..., 1::2])",
+                          lambda v, i=i: interleave(torch.broadcast_to(v[i], shape))))
         elif kind == "integer":  # int32 arithmetic on a raw input (exact), back to float
             c = rng.randrange(3)
             steps.append((f"(floor(v{c} * 8) % 5) / 4", lambda v, c=c: ((v[c] * 8).floor().int() % 5).float() * 0.25))
-        elif shape[1] == shape[2]:
+        elif kind == "bmm":  # an extern (ATen's matmul) between kernels
+            steps.append((f"v{i} @ v{j} / {shape[2]}", lambda v, i=i, j=j: (
+                torch.broadcast_to(v[i], shape) @ torch.broadcast_to(v[j], shape)) / shape[2]))
+        elif kind == "write":  # into an input, which views of it taken before see too
+            c = rng.randrange(3)
+            steps.append((f"v{c}.mul_(0.5).add_(tanh(v{i}) / 4)",
+                          lambda v, c=c, i=i: v[c].mul_(0.5).add_(torch.tanh(v[i]) * 0.25)))
+        elif square:
             steps.append((f"v{i}.transpose(1, 2)", lambda v, i=i: v[i].transpose(1, 2)))
         else:
             steps.append((f"v{i}.flip(1)", lambda v, i=i: v[i].flip(1)))
@@ -102,6 +124,10 @@ def make_program(seed: int):
     return fn, inputs, f"{list(shape)} {dtype}: {text}; returns {', '.join(f'v{k}' for k in outs)}"
 
 
+def interleave(x):
+    return torch.cat([x[..., ::2], x[..., 1::2]], -1)
+
+
 @pytest.mark.parametrize("seed", range(PROGRAMS))
 def test_random_program(check_on_every_target, seed):
     fn, inputs, text = make_program(seed)
@@ -111,3 +137,34 @@ def test_random_program(check_on_every_target, seed):
         raise AssertionError(f"program {seed}: {text}\n{e}") from None
     assert not cap.fallbacks, (text, [f"{f.op}: {f.reason}" for f in cap.fallbacks])
     assert cap.kernels, text
+
+
+@pytest.mark.parametrize("seed", range(PROGRAMS // 2))
+def test_random_program_gradients(target, fresh_dynamo, seed):
+    """The gradients of a random float32 program (compiled forward and backward,
+    through AOTAutograd) against eager's."""
+    if target == "triton":
+        pytest.importorskip("triton")
+    fn, inputs, text = make_program(seed, grads=True)
+    device = "cuda" if target == "cuda" else "cpu"
+    grads, caps = {}, {}
+    with config.patch(cpu_target="triton") if target == "triton" else contextlib.nullcontext():
+        for name, f in (("eager", fn), ("ours", torch.compile(fn, backend="fusion", dynamic=False))):
+            xs = [x.to(device, copy=True).requires_grad_() for x in inputs]  # strides kept
+            weights = torch.Generator().manual_seed(seed)  # the same for both
+            with compiler.capture() as caps[name]:
+                outs = [o for o in f(*xs) if o.requires_grad]
+                if not outs:
+                    pytest.skip(f"no output of program {seed} depends on an input differentiably")
+                loss = sum((o * torch.rand(o.shape, generator=weights).to(device)).sum() for o in outs)
+                grads[name] = torch.autograd.grad(loss, xs, allow_unused=True)
+    for k, (mine, theirs) in enumerate(zip(grads["ours"], grads["eager"])):
+        try:
+            torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-4)
+        except AssertionError as e:
+            raise AssertionError(f"program {seed}: {text}\ngrad of v{k}: {e}") from None
+    cap = caps["ours"]
+    # a gather's gradient scatters more indices than we lower (SCATTER_MAX_INDICES): ATen's index_put
+    lowered = [f for f in cap.fallbacks if f.op != "aten.index_put.default"]
+    assert not lowered, (text, [f"{f.op}: {f.reason}" for f in lowered])
+    assert {g.kind for g in cap.graphs} >= {"forward", "backward"}, text
