@@ -109,6 +109,7 @@ class GraphLowering:
         self.effects: list[ir.ExternCall] = []  # calls run for what they do, not for a value (asserts)
         self.device_copies: dict[torch.fx.Node, View] = {}  # values of another device, copied to this one
         self.crosses_devices = False  # some op runs on, or copies from, another device
+        self.elsewhere: set[torch.fx.Node] = set()  # nodes ATen computed on another device
 
     # -- naming --------------------------------------------------------------
     def new_name(self, prefix="buf") -> str:

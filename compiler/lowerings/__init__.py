@@ -14,13 +14,17 @@ aten = torch.ops.aten
 
 
 def lower_node(graph, node, args, kwargs):
-    """Kernels only touch memory on the graph's device: an op that computes on
-    another device, or copies between devices, runs in ATen; a tensor of another
-    device read by one of ours (a 0-d CPU tensor, CPU indices) is copied over first."""
+    """Kernels only touch memory on the graph's device: an op on tensors that
+    computes on another device, or copies between devices, runs in ATen; a tensor
+    in memory on another device read by one of ours (a 0-d CPU tensor, CPU
+    indices) is copied over first."""
     out, foreign = node_device(graph, node), foreign_inputs(graph, node)
     copies = node.target in (aten._to_copy.default, aten.copy.default)
-    if (out is not None and out != graph.device) or (foreign and copies):
+    elsewhere = out is not None and out != graph.device and bool(node.all_input_nodes)
+    if elsewhere or (foreign and copies):
         graph.crosses_devices = True
+        if elsewhere:
+            graph.elsewhere.add(node)
         reason = f"on {out}, across devices" if copies else f"on {out}; the graph's kernels run on {graph.device}"
         return call_aten(graph, node, args, kwargs, "extern" if copies else "fallback", reason)
     if foreign:

@@ -92,9 +92,15 @@ def node_device(g, node) -> torch.device | None:
 
 
 def foreign_inputs(g, node) -> list:
-    """The node's tensor inputs that live on another device than the graph's."""
-    return [a for a in node.all_input_nodes
-            if isinstance(v := a.meta.get("val"), torch.Tensor) and _on(g, v.device) != g.device]
+    """The node's inputs in memory on another device than the graph's: inputs and
+    constants of another, and results of ops that ATen ran there (a tensor created
+    there, torch.zeros(()), is a constant expression to us, in no memory)."""
+    def elsewhere(a):
+        v = a.meta.get("val")
+        placed = a.op in ("placeholder", "get_attr") and isinstance(v, torch.Tensor) and _on(g, v.device) != g.device
+        return placed or a in g.elsewhere
+
+    return [a for a in node.all_input_nodes if elsewhere(a)]
 
 
 def device_copy(g, fx_node) -> View:
