@@ -235,12 +235,19 @@ class GraphLowering:
             if not isinstance(o, torch.fx.Node):
                 self.outputs.append(o)
                 continue
-            v = self.env[o]
-            if isinstance(v, Lazy):
-                val = o.meta.get("val")
-                stride = tuple(val.stride()) if _dense(val) else None
-                v = self.realize(v, stride)
-            self.outputs.append(v)
+            self.outputs.append(self.realize_output(o))
+
+    def is_output(self, node) -> bool:
+        outs = self.gm.graph.output_node().args[0]
+        return node in (outs if isinstance(outs, (list, tuple)) else [outs])
+
+    def realize_output(self, node):
+        """The value of output `node`, computed values stored in the layout eager gives them."""
+        v = self.env[node]
+        if isinstance(v, Lazy):
+            val = node.meta.get("val")
+            v = self.realize(v, tuple(val.stride()) if _dense(val) else None)
+        return v
 
     # -- reporting -----------------------------------------------------------
     def ir_text(self) -> str:

@@ -166,6 +166,26 @@ def test_grads_of_reductions_views_and_indexing():
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
 
 
+def test_amin_grad_finds_the_minimum_of_a_saved_value():
+    """amin's gradient goes to the elements equal to its result. The value reduced
+    is saved for the backward too: the reduction reads the stored value. Recomputed
+    inline, a vectorized logf (libmvec) rounded apart from the scalar one that stored
+    it, no element equalled the minimum and the gradient was NaN."""
+    torch.manual_seed(0)
+    a, b = torch.randn(3, 37, 37), torch.randn(3, 37, 37).transpose(1, 2)  # b: transposed strides
+
+    def fn(a, b):
+        lse = torch.logsumexp(a + b, 0, keepdim=True)
+        return ((lse + b).amin(1, keepdim=True) * torch.linspace(0.1, 1, 111).view(3, 1, 37)).sum()
+
+    grads = {}
+    for name, f in (("eager", fn), ("ours", torch.compile(fn, backend="fusion", dynamic=False))):
+        xs = [a.clone().requires_grad_(), b.clone().requires_grad_()]
+        grads[name] = torch.autograd.grad(f(*xs), xs)
+    for mine, theirs in zip(grads["ours"], grads["eager"]):
+        torch.testing.assert_close(mine, theirs, **TOL)
+
+
 class Block(nn.Module):
     """A small transformer block: embedding, attention, layer norms, MLP."""
 
