@@ -1,19 +1,20 @@
-"""Random programs, compiled on every target and compared with eager: seeded
-chains of pointwise ops, reductions that broadcast back, softmaxes, selects,
-transposed, flipped, rolled and gathered reads and int32 arithmetic, computed in
-float32 from float32 or bfloat16 inputs. Each fuses differently (several outputs,
-intermediates read again by later reductions, rows reduced along any dim), so
-together they reach scheduler and codegen paths no hand-written case names.
-Values stay bounded (every op maps [-2, 2] into itself) and selects and integer
-ops read raw inputs only, so a seed that fails is a bug, not rounding; the
-failure prints the program. FUSION_RANDOM_PROGRAMS=N runs N programs (default 24)."""
+"""Random programs, compiled on every target and compared with eager, forward and
+(float32) through AOTAutograd's backward: seeded chains of pointwise ops,
+reductions that broadcast back, softmaxes, selects, transposed, flipped, rolled,
+gathered and interleaved reads, bmm, int32 arithmetic and writes into inputs,
+computed in float32 from float32 or bfloat16 inputs. Each fuses differently
+(several outputs, intermediates read again by later reductions, rows reduced
+along any dim, inputs overwritten after views of them were read), so together
+they reach scheduler and codegen paths no hand-written case names. Values stay
+bounded (every op maps [-2, 2] into itself) and selects and integer ops read
+raw inputs only, so a seed that fails is a bug, not rounding; the failure
+prints the program. FUSION_RANDOM_PROGRAMS=N runs N programs (default 24)."""
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
-
-import contextlib
 
 import pytest
 import torch
@@ -97,8 +98,8 @@ def make_program(seed: int, grads: bool = False):
             c = rng.randrange(3)
             steps.append((f"(floor(v{c} * 8) % 5) / 4", lambda v, c=c: ((v[c] * 8).floor().int() % 5).float() * 0.25))
         elif kind == "bmm":  # an extern (ATen's matmul) between kernels
-            steps.append((f"v{i} @ v{j} / {shape[2]}", lambda v, i=i, j=j: (
-                torch.broadcast_to(v[i], shape) @ torch.broadcast_to(v[j], shape)) / shape[2]))
+            steps.append((f"v{i} @ v{j} / {2 * shape[2]}", lambda v, i=i, j=j: (
+                torch.broadcast_to(v[i], shape) @ torch.broadcast_to(v[j], shape)) / (2 * shape[2])))
         elif kind == "write":  # into an input, which views of it taken before see too
             c = rng.randrange(3)
             steps.append((f"v{c}.mul_(0.5).add_(tanh(v{i}) / 4)",
