@@ -237,9 +237,11 @@ class GraphLowering:
                 continue
             self.outputs.append(self.realize_output(o))
 
-    def is_output(self, node) -> bool:
+    def returned_as(self, value):
+        """The output node whose value is `value` (a computed value, not yet stored), or None."""
         outs = self.gm.graph.output_node().args[0]
-        return node in (outs if isinstance(outs, (list, tuple)) else [outs])
+        outs = outs if isinstance(outs, (list, tuple)) else [outs]
+        return next((o for o in outs if isinstance(o, torch.fx.Node) and self.env.get(o) is value), None)
 
     def realize_output(self, node):
         """The value of output `node`, computed values stored in the layout eager gives them."""

@@ -27,11 +27,11 @@ def reduce(g, node, x, dims, rtype, out_dtype=None, out_size=None):
     """Reduce `x` over `dims` with `rtype` into a contiguous buffer of the
     node's shape (or `out_size`: the same with reduced dims kept as 1)."""
     val = out_val(node)
-    source = node.args[0]
-    if rtype in ("max", "min", "argmax", "argmin") and isinstance(x, Lazy) and g.is_output(source):
+    returned = g.returned_as(x) if rtype in ("max", "min", "argmax", "argmin") and isinstance(x, Lazy) else None
+    if returned is not None:
         # also returned (saved for the backward, whose gradient goes to the elements equal
         # to this max): reduce its stored bits, not a recomputation that may round otherwise
-        x = g.realize_output(source)
+        x = g.realize_output(returned)
     out_dtype = out_dtype or val.dtype
     out_size = tuple(val.shape if out_size is None else out_size)
     outer = [d for d in range(x.ndim) if d not in dims]
