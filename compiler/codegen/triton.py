@@ -15,6 +15,7 @@ How the kernel maps onto programs comes from triton_config.plan:
   its own program; the row's programs meet at a barrier after each reduction."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import sympy
@@ -54,6 +55,14 @@ class Value:
         self.code, self.axes, self.tensor = code, axes, tensor
 
 
+@dataclasses.dataclass
+class Hoist:
+    """Code before a loop over r, where values that do not vary along r go."""
+    lines: list[str]
+    row_cse: dict  # value -> the row-level name computing it
+    local: set[str] = dataclasses.field(default_factory=set)  # names computed in the loop
+
+
 class TritonKernel:
     def __init__(self, kernel: FusedKernel, name: str, buffers: dict):
         self.k = kernel
@@ -61,6 +70,10 @@ class TritonKernel:
         self.buffers = buffers
         self.args = kernel_args(kernel)
         self.members = {m.node.name: m for m in kernel.members}
+        # loads that may move out of a loop over r: not of what the kernel stores, and
+        # none where it writes an input (another input may alias it)
+        self.written = {m.node.buffer.storage_name for m in kernel.members if m.stored}
+        self.loads_move = not any(m.stored and m.node.buffer.store_target is not None for m in kernel.members)
         self.alias = self._same_reductions()  # reduction -> an earlier one computing the same
         self.device = self._device()
         self.pdl = triton_config.dependent_launch(self.device)
@@ -250,7 +263,7 @@ class TritonKernel:
             e = e.xreplace(self.sub)
         return fold_divmod(simplify_with_ranges(e, self.ranges))
 
-    def emit(self, e: ir.Expr, cse: dict, out: list[str], indent: str) -> Value:
+    def emit(self, e: ir.Expr, cse: dict, out: list[str], indent: str, hoist: Hoist | None = None) -> Value:
         for s in e.walk():
             if s in cse:
                 continue
@@ -259,9 +272,25 @@ class TritonKernel:
                 cse[s] = v
                 continue
             name = self.new_tmp()
-            out.append(f"{indent}{name} = {v.code}")
             cse[s] = Value(name, v.axes)
+            if hoist is not None and self._row_invariant(s, v, cse, hoist):
+                hoist.lines.append(f"    {name} = {v.code}")
+                hoist.row_cse[s] = cse[s]
+            else:
+                out.append(f"{indent}{name} = {v.code}")
+                if hoist is not None:
+                    hoist.local.add(name)
         return cse[e]
+
+    def _row_invariant(self, s: ir.Expr, v: Value, cse: dict, hoist: Hoist) -> bool:
+        """Whether a value inside a loop over r is the same at every r and can be
+        computed once before the loop: it varies along no r, reads nothing this kernel
+        writes (a load is not moved across a store to it) and uses no value of the loop's."""
+        if "r" in v.axes or any(isinstance(a, ir.Expr) and cse[a].code in hoist.local for a in s.args):
+            return False
+        if s.op == "load":
+            return self.loads_move and s.args[0] not in self.written and not any(cse[x].code in hoist.local for _, x in s.args[2])
+        return True
 
     def _expr(self, s: ir.Expr, cse: dict) -> Value:
         t = s.dtype
@@ -669,7 +698,10 @@ class TritonKernel:
                 body.append(f"    {acc}_i = tl.full([XBLOCK, RBLOCK], 0, tl.int32)")
         ind = "        "
         loop: list[str] = []
-        self._loop_body(members, online, row_cse, loop, ind)
+        # what does not vary along r is computed once, before the loop: Triton's
+        # compiler does not move a load out of a loop that stores
+        hoist = Hoist(body, row_cse)
+        self._loop_body(members, online, row_cse, loop, ind, hoist)
         step = self._rstep()
         cuda = self.device.type == "cuda"
         end = "rnumel" if cuda else str(self.rnumel)
@@ -692,13 +724,14 @@ class TritonKernel:
             body += loop
         self._loop_end(members, online, reds, body)
 
-    def _loop_body(self, members: list[Member], online: dict, row_cse: dict, body: list[str], ind: str):
+    def _loop_body(self, members: list[Member], online: dict, row_cse: dict, body: list[str], ind: str,
+                   hoist: Hoist):
         """One block of a loop over r: its loads, stores and accumulator updates."""
         cse = dict(row_cse)
         for m in members:
             if m.node.name in self.alias:
                 continue
-            v = self.emit(m.value, cse, body, ind)
+            v = self.emit(m.value, cse, body, ind, hoist)
             if m.role != "reduction":
                 self.regs[m.node.name] = v
                 self.store(m, v, body, ind)

@@ -725,6 +725,41 @@ def test_group_norm_statistics_take_one_split_pass(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_loads_that_do_not_vary_along_r_leave_the_loop(device):
+    """A looped reduction loads a row's own values (a group's first element, a
+    per-row bias) once, before its loops: Triton's compiler does not move a load
+    out of a loop that stores. A kernel that writes an input keeps them inside."""
+    rows, cols = 6, 9001  # looped: longer than a block
+    x, b = rand(rows, cols, device=device), rand(rows, 1, device=device)
+    long_groups = nn.GroupNorm(1, 16).to(device).eval()
+    cases = [
+        (lambda x, b: (x + b).softmax(-1) * b, (x, b)),
+        (lambda x: long_groups(x), (rand(2, 16, 29, 31, device=device),)),
+    ]
+    for fn, args in cases:
+        with torch.no_grad():
+            cap = check(fn, *args)
+        loops = [k for k in cap.kernels if "for roffset" in k.source]
+        assert loops, [k.source for k in cap.kernels]
+        for k in loops:
+            body = [line.strip() for line in k.source.split("for roffset", 1)[1].splitlines()]
+            in_loops = [line for line in body if "tl.load(" in line]
+            assert in_loops and all("r0" in line or "rindex" in line for line in in_loops), k.source
+
+    def write_back(x, b):
+        x.sub_(x.mean(-1, keepdim=True) * b)  # reads x[row] in the loops that write it
+        return x.sum(-1)
+
+    mine, theirs = x.clone(), x.clone()
+    with compiler.capture() as cap:
+        out = torch.compile(write_back, backend="fusion")(mine, b)
+    torch.testing.assert_close(out, write_back(theirs, b), rtol=1e-4, atol=1e-3)  # sums of 9001
+    torch.testing.assert_close(mine, theirs, **_tol(x.dtype))
+    assert any(re.search(r"for roffset[\s\S]*tl\.load\(in_ptr\d \+ \(x0\)", k.source) for k in cap.kernels), (
+        [k.source for k in cap.kernels])  # b[row], beside the stores
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_reduce_strided_dim(device):
     x = rand(301, 33, device=device)
     check(lambda x: (x.sum(0), x.amax(0), (x * 2).mean(0, keepdim=True)), x)
