@@ -29,7 +29,6 @@ _EXTRA = [
     aten._batch_norm_with_update,
     aten._batch_norm_with_update_functional,
     aten._batch_norm_no_update,
-    aten.var_mean.correction,
     aten.gelu,
     aten.gelu_backward,
     aten.leaky_relu,

@@ -687,12 +687,11 @@ class CppKernel:
             body.append(f"{indent}{CTYPE[m.value.dtype]} lane_{m.node.name}[{self.block}];")
         inner = self._lanes_open(body, indent)
         cse: dict = {}
-        for m in members:
+        for m in members:  # a member may read one before it
             v = self.emit_value(self._rewrite(m.value), cse, body, inner)
             body.append(f"{inner}lane_{m.node.name}[xi] = {v};")
-            self.store(m, v, body, inner)
-        for m in members:
             self.row_vars[m.node.name] = f"lane_{m.node.name}[xi]"
+            self.store(m, v, body, inner)
         body.append(indent + "}")
 
     def _render_loop(self, members, body, indent, row_cse, parallel_r, loop):

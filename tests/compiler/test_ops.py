@@ -374,6 +374,25 @@ def test_max_min_and_their_positions_put_nan_first(check_compiled, dtype, cols):
     check_compiled(lambda x: tuple(f(x) for f in fns), x, names=list(table), tol=dict(rtol=0, atol=0))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+@pytest.mark.parametrize("cols", [37, 9001])  # two passes over a row, and one (long rows)
+def test_constant_slices_have_exactly_zero_variance(check_compiled, dtype, cols):
+    """Over a slice of equal values eager's Welford gives variance 0 and mean the
+    value, exactly: so do we (sum(x)/n rounds off 3.3 and left std ~1e-8, a
+    layer_norm 2e-4). Rows and columns, every variance-based op (eager's own bf16
+    layer_norm on the CPU is not exact: float32 only)."""
+    torch.manual_seed(15)
+    x = (torch.rand(5, 1) * 9 + 1).expand(5, cols).to(dtype).contiguous()
+    table = {
+        "var": lambda x: x.var(-1), "std": lambda x: x.std(-1, keepdim=True),
+        "var_mean": lambda x: torch.var_mean(x, -1), "var(0) of the transpose": lambda x: x.t().var(0, correction=0),
+    }
+    if dtype == torch.float32:
+        table["layer_norm"] = lambda x: F.layer_norm(x, (cols,))
+    fns = list(table.values())
+    check_compiled(lambda x: tuple(f(x) for f in fns), x, names=list(table), tol=dict(rtol=0, atol=0))
+
+
 # a pointwise op on a reduction's result, fused into the reduction's kernel: it reads
 # the value as stored (a half sum accumulates in float, is rounded, then read as half)
 REDUCTION_EPILOGUES = {

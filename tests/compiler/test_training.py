@@ -186,6 +186,25 @@ def test_amin_grad_finds_the_minimum_of_a_saved_value():
         torch.testing.assert_close(mine, theirs, **TOL)
 
 
+def test_std_grad_is_zero_over_a_constant_slice():
+    """Eager's std over equal values is exactly 0 and its backward masks the 0/0 to
+    a zero gradient; a std of ~1e-8 (a mean rounded off the value) gave gradients
+    of order 1. Rows of equal values beside random ones, short rows and long."""
+    torch.manual_seed(1)
+    for cols in (37, 9001):
+        x = torch.randn(4, cols)
+        x[1], x[3] = 3.3, -0.7
+
+        def fn(x):
+            return (x.std(-1) * torch.arange(1.0, 5.0)).sum() + x.std(0).sum()
+
+        grads = {}
+        for name, f in (("eager", fn), ("ours", torch.compile(fn, backend="fusion", dynamic=False))):
+            xs = x.clone().requires_grad_()
+            grads[name] = torch.autograd.grad(f(xs), xs)[0]
+        torch.testing.assert_close(grads["ours"], grads["eager"], **TOL)
+
+
 class Block(nn.Module):
     """A small transformer block: embedding, attention, layer norms, MLP."""
 
