@@ -1,7 +1,8 @@
 """Random programs, compiled on every target and compared with eager, forward and
 (float32) through AOTAutograd's backward: seeded chains of pointwise ops,
-reductions that broadcast back, softmaxes, selects, transposed, flipped, rolled,
-gathered and interleaved reads, bmm, int32 arithmetic and writes into inputs,
+reductions that broadcast back, softmaxes, selects, transposed, flipped, rolled
+(along a dim and across two), gathered, interleaved, shifted (zeros padded in) and
+spliced reads, values taken at an argmax, bmm, int32 arithmetic and writes into inputs,
 computed in float32 from float32 or bfloat16 inputs. Each fuses differently
 (several outputs, intermediates read again by later reductions, rows reduced
 along any dim, inputs overwritten after views of them were read), so together
@@ -60,7 +61,7 @@ def make_program(seed: int, grads: bool = False):
     if square:  # one input read through transposed strides
         inputs[2] = inputs[2].transpose(1, 2)
     kinds = ["unary", "binary", "binary", "reduce", "reduce", "select", "view", "gather", "roll", "interleave",
-             "integer"] + (["bmm"] if square else []) + ([] if grads else ["write"])
+             "shift", "splice", "flat_roll", "take_at_argmax", "integer"] + (["bmm"] if square else []) + ([] if grads else ["write"])
     steps = []  # (text, fn over the values so far)
     for _ in range(rng.randint(5, 10)):
         kind = rng.choice(kinds)
@@ -94,6 +95,24 @@ def make_program(seed: int, grads: bool = False):
         elif kind == "interleave":  # even then odd positions: strided slices concatenated
             steps.append((f"cat(v{i}[..., ::2], v{i}[..., 1::2])",
                           lambda v, i=i: interleave(torch.broadcast_to(v[i], shape))))
+        elif kind == "shift":  # a slice moved down a dim, zeros after it: a pad
+            d = rng.randrange(3)
+            k = rng.randrange(1, min(4, shape[d]))
+            steps.append((f"pad(v{i}.narrow({d}, {k}, ..), zeros after, dim={d})", lambda v, i=i, d=d, k=k: (
+                torch.nn.functional.pad(torch.broadcast_to(v[i], shape).narrow(d, k, shape[d] - k), (0, 0) * (2 - d) + (0, k)))))
+        elif kind == "splice":  # one value's head, another's tail
+            d = rng.randrange(3)
+            m = rng.randrange(1, shape[d]) if shape[d] > 1 else 0
+            steps.append((f"cat(v{i}[head {m} of dim {d}], v{j}[tail])", lambda v, i=i, j=j, d=d, m=m: torch.cat(
+                [torch.broadcast_to(v[i], shape).narrow(d, 0, m), torch.broadcast_to(v[j], shape).narrow(d, m, shape[d] - m)], d)))
+        elif kind == "flat_roll":  # a roll across the flattened last two dims: rows wrap into each other
+            k = rng.randrange(1, 2 * shape[2])
+            steps.append((f"roll(v{i}.flatten(1), {k}).view(shape)", lambda v, i=i, k=k: torch.roll(
+                torch.broadcast_to(v[i], shape).reshape(shape[0], -1), k, 1).reshape(shape)))
+        elif kind == "take_at_argmax":  # an index computed by a reduction (of a raw input: no ties by rounding)
+            c, d = rng.randrange(3), rng.randrange(3)
+            steps.append((f"take_along_dim(v{i}, argmax(v{c}, dim={d}), {d})", lambda v, i=i, c=c, d=d: torch.take_along_dim(
+                torch.broadcast_to(v[i], shape), v[c].argmax(d, keepdim=True), d)))
         elif kind == "integer":  # int32 arithmetic on a raw input (exact), back to float
             c = rng.randrange(3)
             steps.append((f"(floor(v{c} * 8) % 5) / 4", lambda v, c=c: ((v[c] * 8).floor().int() % 5).float() * 0.25))
