@@ -11,6 +11,7 @@ from .. import ir
 from ..graph import Lazy, View
 from ..index import contiguous_strides, linear_index, loop_vars
 from .registry import Unsupported, make_pointwise, origins_of, out_val, register, upcast
+from .views import reshape_value
 
 aten = torch.ops.aten
 
@@ -203,21 +204,4 @@ def _var_mean(g, node, x, dims, correction, val):
         m2 = reduce(g, node, sq, dims, "sum", out_dtype=cdt, out_size=keep)
     variance = pointwise(lambda m: op("truediv", m, denom), [m2], dtype=val.dtype)
     mean = pointwise(lambda m: m, [mean], dtype=val.dtype)  # in the op's dtype
-    return _shaped(variance, dims, val.shape), _shaped(mean, dims, val.shape)
-
-
-def _shaped(v, dims, size):
-    """v, with the reduced dims kept as 1, in the op's output size (keepdim or not)."""
-    if len(v.size) == len(size):
-        return v
-    kept = [d for d in range(len(v.size)) if d not in dims]
-
-    def load(index):
-        full = [0] * len(v.size)
-        for d, i in zip(kept, index):
-            full[d] = i
-        return v.load(full)
-
-    return Lazy(size, v.dtype, load, v.origins)
-
-
+    return reshape_value(variance, val.shape), reshape_value(mean, val.shape)  # keepdim or not
