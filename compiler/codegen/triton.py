@@ -70,9 +70,8 @@ class TritonKernel:
         self.buffers = buffers
         self.args = kernel_args(kernel)
         self.members = {m.node.name: m for m in kernel.members}
-        # loads that may move out of a loop over r: not of what the kernel stores, and
-        # none where it writes an input (another input may alias it)
-        self.written = {m.node.buffer.storage_name for m in kernel.members if m.stored}
+        # loads that may move out of a loop over r: not of what the kernel stores (its
+        # outputs), and none where it writes an input (another input may alias it)
         self.loads_move = not any(m.stored and m.node.buffer.store_target is not None for m in kernel.members)
         self.alias = self._same_reductions()  # reduction -> an earlier one computing the same
         self.device = self._device()
@@ -289,7 +288,7 @@ class TritonKernel:
         if "r" in v.axes or any(isinstance(a, ir.Expr) and cse[a].code in hoist.local for a in s.args):
             return False
         if s.op == "load":
-            return self.loads_move and s.args[0] not in self.written and not any(cse[x].code in hoist.local for _, x in s.args[2])
+            return self.loads_move and s.args[0] not in self.args.outputs and not any(cse[x].code in hoist.local for _, x in s.args[2])
         return True
 
     def _expr(self, s: ir.Expr, cse: dict) -> Value:
