@@ -37,6 +37,8 @@ def parse_args(argv=None):
     default_out = os.path.join(os.environ["OUT"], "bench.md") if os.environ.get("OUT") else "bench_results.md"
     p.add_argument("--out", default=default_out, help="markdown path; JSON is written beside it")
     p.add_argument("--only", default="", help="comma-separated workload name prefixes")
+    p.add_argument("--set", default="seeds", choices=("seeds", "more"),
+                   help="seeds: the issue's workloads (the committed table); more: common transformer patterns beyond them")
     p.add_argument("--quick", action="store_true", help="fewer timing rounds")
     p.add_argument("--smoke", action="store_true", help="CPU, tiny sizes: checks the script, not speed")
     p.add_argument("--warm-cache", action="store_true", help="keep compile caches (cold compile is then not cold)")
@@ -176,6 +178,84 @@ def workloads(device, smoke: bool) -> list[Workload]:
 
     out.append(Workload("mlp_train_step [4096,1024->4096->1024]", mlp, memory_bound=False, train=True))
     return out
+
+
+def more_workloads(device, smoke: bool) -> list[Workload]:
+    """Patterns of transformer training and inference beyond the seeds, where a
+    user would notice us falling behind Inductor. Steps with a backward report no
+    floor (the gradients they write are not among the call's outputs)."""
+    def s(n):
+        return max(1, n // 64) if smoke else n
+
+    def rnd(*shape, dtype=torch.bfloat16, grad=False):
+        return torch.randn(*shape, device=device, dtype=dtype, requires_grad=grad)
+
+    def train(loss_of, *args):
+        """A step that zeroes the leaves' gradients, backpropagates loss_of(*args) and returns it."""
+        leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+
+        def step(*a):
+            for x in leaves:
+                x.grad = None
+            loss = loss_of(*a)
+            loss.backward()
+            return loss
+
+        return step, args
+
+    def ids(n, high):
+        return torch.randint(0, high, (n,), device=device)
+
+    def rope(x, cos, sin):
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), -1)
+        return x * cos + rotated * sin
+
+    def llama_rms_norm(x, w):
+        h = x.float()
+        return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
+
+    def adam_like(p, g, m, v):
+        m = 0.9 * m + 0.1 * g
+        v = 0.999 * v + 0.001 * g * g
+        return p - 1e-3 * m / (v.sqrt() + 1e-8), m, v
+
+    causal = torch.ones(1024, 1024, device=device, dtype=torch.bool).triu(1)
+    R, C, V = s(8192), 4096, 32000
+    ln = lambda: nn.LayerNorm(C).to(device=device, dtype=torch.bfloat16)  # noqa: E731
+    emb = lambda: nn.Embedding(V, C).to(device=device, dtype=torch.bfloat16)  # noqa: E731
+    return [
+        Workload("cross_entropy [4096,32000] bf16", lambda: (
+            F.cross_entropy, (rnd(s(4096), V), ids(s(4096), V)))),
+        Workload("cross_entropy fwd+bwd [4096,32000] bf16", lambda: train(
+            F.cross_entropy, rnd(s(4096), V, grad=True), ids(s(4096), V)), memory_bound=False, train=True),
+        Workload("swiglu [8192,11008] bf16", lambda: (
+            lambda a, b: F.silu(a) * b, (rnd(R, 11008), rnd(R, 11008)))),
+        Workload("rope [8,32,2048,128] bf16", lambda: (
+            rope, (rnd(8, 32, s(2048), 128), rnd(s(2048), 128), rnd(s(2048), 128)))),
+        Workload("causal_softmax [8,16,1024,1024] bf16", lambda: (
+            lambda a: (a * 0.125).masked_fill(causal, float("-inf")).softmax(-1), (rnd(s(8), 16, 1024, 1024),))),
+        Workload("llama_rms_norm [8192,4096] bf16", lambda: (llama_rms_norm, (rnd(R, C), rnd(C)))),
+        Workload("layer_norm fwd+bwd [8192,4096] bf16", lambda: (lambda m: train(
+            lambda x: m(x).float().pow(2).mean(), rnd(R, C, grad=True)))(ln()), memory_bound=False, train=True),
+        Workload("softmax fwd+bwd [8192,4096] fp32", lambda: train(
+            lambda x: (x.softmax(-1) * x).sum(), rnd(R, C, dtype=torch.float32, grad=True)), memory_bound=False, train=True),
+        Workload("permute_copy [8,2048,32,128] bf16", lambda: (
+            lambda x: x.permute(0, 2, 1, 3).contiguous(), (rnd(8, s(2048), 32, 128),))),
+        Workload("batch_norm train [32,256,56,56] fp32", lambda: (
+            nn.BatchNorm2d(256).to(device).train(), (rnd(s(32), 256, 56, 56, dtype=torch.float32),))),
+        Workload("sum_all 100M fp32", lambda: (lambda x: x.sum(), (rnd(s(100_000_000), dtype=torch.float32),))),
+        Workload("argmax [2048,50257] fp32", lambda: (
+            lambda x: x.argmax(-1), (rnd(s(2048), 50257, dtype=torch.float32),))),
+        Workload("adam_like 4x10M fp32", lambda: (adam_like, tuple(
+            rnd(s(10_000_000), dtype=torch.float32).abs() for _ in range(4)))),
+        Workload("mean(1) [64,4096,1024] bf16", lambda: (lambda x: x.mean(1), (rnd(s(64), 4096, 1024),))),
+        Workload("embedding_layer_norm [8192]x4096 bf16", lambda: (lambda e, n: (
+            lambda i: n(e(i)), (ids(R, V),)))(emb(), ln()), memory_bound=False),
+    ]
+
+
+WORKLOAD_SETS = {"seeds": workloads, "more": more_workloads}
 
 
 # -- measuring ---------------------------------------------------------------------------
@@ -543,7 +623,7 @@ def main(args):
     print(" ".join(f"{k}={v}" for k, v in env.items()), flush=True)
     warm_up(device, ("fusion",) if args.smoke else ("fusion", "inductor"))
     rows, md = [], ""
-    for i, w in enumerate(selected(workloads(device, args.smoke), args.only)):
+    for i, w in enumerate(selected(WORKLOAD_SETS[args.set](device, args.smoke), args.only)):
         try:
             row = measure(w, device, timer, bw, args.quick, args.smoke, inductor_first=i % 2 == 1)
         except Exception as e:  # one broken workload must not hide the others
@@ -575,7 +655,7 @@ def compile_round(args, device, timer: Timer) -> None:
     {workload: {backend: seconds}} into args.compile_only."""
     warm_up(device, ("fusion",) if args.smoke else ("fusion", "inductor"))
     times = {}
-    for i, w in enumerate(selected(workloads(device, args.smoke), args.only)):
+    for i, w in enumerate(selected(WORKLOAD_SETS[args.set](device, args.smoke), args.only)):
         torch.manual_seed(0)
         fn, a = w.make()
         with (torch.enable_grad if w.train else torch.no_grad)():
@@ -598,7 +678,8 @@ def more_compile_rounds(args, rows: list) -> None:
               for r in rows if "error" not in r}
     for k in range(1, args.compile_rounds):
         with tempfile.NamedTemporaryFile(suffix=".json") as f:
-            cmd = [sys.executable, os.path.abspath(__file__), "--compile-only", f.name, "--round", str(k), "--only", args.only]
+            cmd = [sys.executable, os.path.abspath(__file__), "--compile-only", f.name, "--round", str(k),
+                   "--only", args.only, "--set", args.set]
             cmd += ["--smoke"] * args.smoke + ["--warm-cache"] * args.warm_cache
             if subprocess.run(cmd).returncode != 0:
                 print(f"compile round {k + 1} failed: cold compile times are the median of fewer rounds", flush=True)
