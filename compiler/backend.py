@@ -12,11 +12,29 @@ from .compile_fx import compile_graph, has_symbolic_sizes, run_uncompiled
 from .config import config
 from .decompositions import decomposition_table
 
+aten = torch.ops.aten
 
-def _partition(*args, **kwargs):
-    from torch._functorch.partitioners import default_partition
 
-    return default_partition(*args, **kwargs)
+# their gradient goes where the input equals the result: that input is compared
+# bit for bit with the saved result, so it must be saved, not recomputed
+_COMPARED_WITH_RESULT = (aten.amax.default, aten.amin.default, aten.max.default, aten.min.default)
+
+
+def _partition(joint: torch.fx.GraphModule, *args, **kwargs):
+    """AOTAutograd's min-cut partition: the backward recomputes what is cheap to
+    recompute from fewer saved tensors (a softmax from its input and the row max
+    and sum, not the whole softmax), since our kernels fuse that recomputation
+    into the loads they make anyway. The values a max or min reduces are saved:
+    recomputed, they may round otherwise (another reduction order, a vectorized
+    libm) and match no element of the result."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    for target in _COMPARED_WITH_RESULT:
+        for node in joint.graph.find_nodes(op="call_function", target=target):
+            if node.args[0].op == "call_function":
+                node.args[0].meta["recompute"] = CheckpointPolicy.MUST_SAVE
+    return min_cut_rematerialization_partition(joint, *args, **kwargs)
 
 
 def fusion_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):

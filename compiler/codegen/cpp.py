@@ -39,6 +39,10 @@ TRIG_FLAG = "fusion_trig_out"  # set by fusion_sinf/cosf where an argument needs
 _SIMD_MATH = ["sin", "cos", "exp", "log", "pow", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
               "asinh", "acosh", "atanh", "erf", "erfc", "exp2", "expm1", "log10", "log1p", "log2", "atan2", "hypot"]
 
+# ops computed by a libm call that g++ may vectorize with those variants, which
+# round apart from the scalar call by an ulp (exp is our own, inlined, the same in both)
+LIBM_VECTORIZED = frozenset(_SIMD_MATH) - {"exp"}
+
 
 def _simd_decls() -> str:
     try:

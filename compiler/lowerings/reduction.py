@@ -8,6 +8,7 @@ import math
 import torch
 
 from .. import ir
+from ..config import config
 from ..graph import Lazy, View
 from ..index import contiguous_strides, linear_index, loop_vars
 from .registry import Unsupported, make_pointwise, origins_of, out_val, register, upcast
@@ -33,6 +34,8 @@ def reduce(g, node, x, dims, rtype, out_dtype=None, out_size=None):
         # also returned (saved for the backward, whose gradient goes to the elements equal
         # to this max): reduce its stored bits, not a recomputation that may round otherwise
         x = g.realize_output(returned)
+    elif rtype in ("max", "min") and isinstance(x, Lazy) and _rounds_apart(g, x):
+        x = g.realize(x)  # read by the reduction and by whatever compares with its result
     out_dtype = out_dtype or val.dtype
     out_size = tuple(val.shape if out_size is None else out_size)
     outer = [d for d in range(x.ndim) if d not in dims]
@@ -43,6 +46,8 @@ def reduce(g, node, x, dims, rtype, out_dtype=None, out_size=None):
     cdt = upcast(x.dtype if rtype in ("argmax", "argmin", "max", "min") else out_dtype)
     if rtype in ("any", "all"):
         cdt = torch.bool
+    if math.prod(rranges) == 1:
+        return _single(g, node, x, outer, rtype, cdt, out_dtype, out_size)
 
     def body(index, rindex):
         full = [None] * x.ndim
@@ -86,6 +91,37 @@ def reduce(g, node, x, dims, rtype, out_dtype=None, out_size=None):
     )
     seen[key] = View(buf, out_size, stride)
     return seen[key]
+
+
+def _rounds_apart(g, x) -> bool:
+    """Whether two kernels may compute `x` to other bits: on the C++ target, a
+    libm function that g++ vectorizes (libmvec) in one loop and not in another.
+    A max or min's gradient goes to the elements equal to its result, so the
+    value it reduces is then stored once and read by both."""
+    if g.device.type != "cpu" or config.cpu_target != "cpp":
+        return False
+    from ..codegen.cpp import LIBM_VECTORIZED
+
+    return any(e.op in LIBM_VECTORIZED for e in x.load(loop_vars("i", x.ndim)).walk())
+
+
+def _single(g, node, x, outer, rtype, cdt, out_dtype, out_size):
+    """A reduction over one element is that element (its position, 0, for argmax):
+    a pointwise value the scheduler fuses with its neighbours, not a kernel of its
+    own. nll_loss's backward scatters one index per row onto zeros, a reduction
+    over an index dim of 1 (H200, cross_entropy's backward over [4096, 32000] bf16:
+    1233 us in that kernel alone)."""
+    keep = len(out_size) == x.ndim
+
+    def body(idx):
+        full = [0] * x.ndim
+        for d in outer:
+            full[d] = idx[d] if keep else idx[outer.index(d)]
+        if rtype in ("argmax", "argmin"):
+            return ir.const(0, out_dtype)
+        return ir.cast(ir.cast(x.load(full), cdt), out_dtype)
+
+    return Lazy(out_size, out_dtype, body, origins_of(g, node, x))
 
 
 @register(aten.sum.dim_IntList, aten.sum.default)

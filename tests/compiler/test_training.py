@@ -140,6 +140,55 @@ def test_bias_gradient_reads_the_stored_activation_gradient():
     assert [k.aten_ops for k in sums] == [["sum"], ["sum"]], [k.name for k in sums]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cross_entropy_backward_is_one_kernel(dtype):
+    """nll_loss's backward scatters one index per row onto zeros: a pointwise
+    compare with the column index, which fuses into log_softmax's backward, not a
+    kernel (and a full-size tensor) of its own."""
+    torch.manual_seed(4)
+    logits = torch.randn(37, 1001, dtype=dtype, requires_grad=True)
+    target = torch.randint(0, 1001, (37,))
+
+    def step(x, t):
+        x.grad = None
+        loss = F.cross_entropy(x, t)
+        loss.backward()
+        return loss, x.grad
+
+    with compiler.capture() as cap:
+        loss, grad = torch.compile(step, backend="fusion")(logits, target)
+    ref_loss, ref_grad = step(logits, target)
+    tol = TOL if dtype == torch.float32 else dict(rtol=2e-2, atol=1e-4)
+    torch.testing.assert_close(loss, ref_loss, **tol)
+    torch.testing.assert_close(grad, ref_grad, **tol)
+    backward = next(g for g in cap.graphs if g.kind == "backward")
+    assert len(backward.kernels) == 1, [k.name for k in backward.kernels]
+    assert not backward.fallbacks
+
+
+def test_backward_recomputes_a_softmax_rather_than_saving_it():
+    """The forward saves the softmax's row max and sum, not the softmax: the
+    backward recomputes it from the input as it reads that anyway (AOTAutograd's
+    min-cut partition), so the forward writes no tensor of the input's size."""
+    torch.manual_seed(5)
+    x = torch.randn(64, 301, requires_grad=True)
+
+    def step(x):
+        x.grad = None
+        loss = (x.softmax(-1) * x).sum()
+        loss.backward()
+        return loss, x.grad
+
+    with compiler.capture() as cap:
+        loss, grad = torch.compile(step, backend="fusion")(x)
+    ref_loss, ref_grad = step(x)
+    torch.testing.assert_close(loss, ref_loss, **TOL)
+    torch.testing.assert_close(grad, ref_grad, **TOL)
+    forward = next(g for g in cap.graphs if g.kind == "forward")
+    written = sum(k.bytes_written for k in forward.kernels)
+    assert written < x.nbytes, [(k.name, k.bytes_written) for k in forward.kernels]
+
+
 def test_grads_of_reductions_views_and_indexing():
     """Backward graphs of ops beyond the MLP: softmax, gather, cat, slicing, pow, where."""
     torch.manual_seed(2)

@@ -169,6 +169,8 @@ def test_indirect_reads(check_compiled, dtype):
         "scatter_add(dim=1)": lambda x, i, j, g, w, tok: torch.scatter_add(x, 1, g, x[:, 2:]),
         "scatter(dim=-1, value)": lambda x, i, j, g, w, tok: x.scatter(-1, g.transpose(1, 2)[:, :5, :2], 3),
         "scatter_add(short index)": lambda x, i, j, g, w, tok: torch.scatter_add(x, 1, g[:4, :, 2:5], x[:, :3]),
+        "scatter(one index a row, value)": lambda x, i, j, g, w, tok: x.scatter(1, g[:, :1], 3),
+        "scatter_add(one index a row)": lambda x, i, j, g, w, tok: torch.scatter_add(x, 1, g[:, 1:2], x[:, 2:3]),
         "masked_fill": lambda x, i, j, g, w, tok: x.masked_fill(x > 0, 1),
         "where(mask)": lambda x, i, j, g, w, tok: torch.where(x > 0, x, torch.zeros((), dtype=dtype)),
     }
