@@ -352,13 +352,19 @@ class TritonKernel:
         if name in self.regs:
             return self.regs[name]
         idx = self.simplify(index)
+        bounds = []
+        if not (self.shift and R in idx.free_symbols):
+            idx, bounds = unclamp(idx, {X: self.xnumel, R: self.rnumel})
         axes = self.index_axes(idx, cse, indirect)
-        code = self._index_code(idx, {sym: cse[x].code for sym, x in indirect})
+        names = {sym: cse[x].code for sym, x in indirect}
+        code = self._index_code(idx, names)
         if not axes and not any(cse[x].tensor for _, x in indirect):
             # one element: a block of one, as a 0-d value mixes badly with blocks
             # (an index read from memory is one already)
             code = f"tl.full({self.ones_shape()}, {code}, {'tl.int64' if self.int64 else 'tl.int32'})"
-        mask = self.mask(axes)
+        # constants to the bound's side: (x0 % 128) >= 64, which Triton sees constant over 64 elements
+        bounds = [(u - u.as_coeff_Add()[0], op, c - int(u.as_coeff_Add()[0])) for u, op, c in bounds]
+        mask = " & ".join([self.mask(axes)] * bool(self.mask(axes)) + [f"({texpr(u, names)} {op} {c})" for u, op, c in bounds])
         m = f", {mask}, other=0" if mask else ""
         if "r" in axes and name in self.evict:
             m += f", eviction_policy='{self.evict[name]}'"
@@ -367,7 +373,7 @@ class TritonKernel:
         ptr = f"{self.args.ptr(name)} + ({code})"
         if self.row_align and not indirect and (self._alignment(idx, self._itemsize(name)) or 0) > self.row_align:
             ptr = f"tl.multiple_of({ptr}, [1, {self.row_align}])"  # the rows' layout: see _row_alignment
-        if self._edge_only(axes, mask):
+        if self._edge_only(axes, mask) and not bounds:
             self.helpers.add("_load_edge")
             return Value(f"_load_edge({ptr}, {mask}, edge)", axes)
         return Value(f"tl.load({ptr}{m})", axes)
@@ -908,6 +914,33 @@ class TritonKernel:
             f"    if tl.atomic_add(sem_ptr + (row * {nb} + {nb - 1}), 1) == nsplit - 1:",
             *(f"        tl.atomic_xchg(sem_ptr + (row * {nb} + {b}), 0)" for b in range(nb)),
         ]
+
+
+def unclamp(idx: sympy.Expr, ranges: dict) -> tuple[sympy.Expr, list]:
+    """A load at a clamped index as a masked load at the index itself: (index,
+    [(u, op, bound)]: the conditions u op bound that mask it). The lowerings clamp
+    only where they discard the value outside the clamp (cat, constant_pad_nd, a
+    short scatter index), so a masked load's 0 there serves as well. Unclamped,
+    Triton sees the accesses contiguous and loads them in vectors: minimum(63,
+    x % 128) is contiguous to no analysis (H200, a rotary embedding's cat of
+    halves, bf16 [8, 32, 2048, 128]: 81.1 us clamped against 64.7 for Inductor)."""
+    if not idx.has(sympy.Min, sympy.Max):
+        return idx, []
+    bounds = []
+
+    def strip(e):
+        if isinstance(e, (sympy.Min, sympy.Max)) and len(e.args) == 2:
+            c, u = sorted(e.args, key=lambda a: not a.is_Integer)
+            if c.is_Integer and not u.is_Integer:
+                u, c = strip(u), int(c)
+                if isinstance(e, sympy.Min) and (upper_bound(u, ranges) is None or upper_bound(u, ranges) > c):
+                    bounds.append((u, "<", c + 1))
+                elif isinstance(e, sympy.Max) and not (c <= 0 and u.is_nonnegative):
+                    bounds.append((u, ">=", c))
+                return u
+        return e.func(*[strip(a) for a in e.args]) if e.args else e
+
+    return strip(idx), bounds
 
 
 def render(kernel: FusedKernel, name: str, buffers: dict) -> str:

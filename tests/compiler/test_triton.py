@@ -105,6 +105,29 @@ def test_broadcasts_and_transposed_read(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_cat_and_pad_pieces_load_masked_in_vectors(device):
+    """Each piece of a cat (a rotary embedding's halves) or a padded tensor loads
+    at its own index, masked outside its range, not at a clamped index, which no
+    analysis sees contiguous: compiled for an H100, every load of the rotary
+    embedding is a 16-byte vector."""
+    def rope(x, cos, sin):
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+
+    x = rand(2, 4, 64, 128, device=device, dtype=torch.bfloat16)
+    cos, sin = rand(64, 128, device=device, dtype=torch.bfloat16), rand(64, 128, device=device, dtype=torch.bfloat16)
+    kernel = check(rope, x, cos, sin).kernels[0]
+    y = rand(37, 61, device=device)
+    for src in (kernel.source, check(lambda y: F.pad(y, (3, 5, 1, 0), value=2.0) * 3, y).kernels[0].source):
+        assert "tl.minimum" not in src and "tl.maximum" not in src, src
+    if device == "cpu":
+        require_compiler_for_h100()
+        ptx = compile_for_h100(kernel.source, kernel.name, XBLOCK=1024, num_warps=4).asm["ptx"]
+        loads = re.findall(r"ld\.global[.\w]*", ptx)
+        assert len(loads) == 5 and set(loads) == {"ld.global.v4.b32"}, loads
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_math_functions(device):
     x = rand(517, device=device)
     check(lambda x: torch.erf(x) + torch.atan(x) + torch.expm1(x * 0.1) + torch.log1p(x.abs()) + torch.rsqrt(x.abs() + 1), x)
