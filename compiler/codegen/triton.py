@@ -745,8 +745,8 @@ class TritonKernel:
             acc = f"_acc_{m.node.name}"
             code = self.full(v, {"x", "r"}, m.value.dtype)
             if rt in ("argmax", "argmin"):
-                self.helpers.add(f"_{rt}")
-                body.append(f"{ind}{acc}_nv, {acc}_ni = _{rt}({acc}, {acc}_i, {code}, tl.broadcast_to(rindex, [XBLOCK, RBLOCK]))")
+                self.helpers.add(f"_{rt}_step")
+                body.append(f"{ind}{acc}_nv, {acc}_ni = _{rt}_step({acc}, {acc}_i, {code}, tl.broadcast_to(rindex, [XBLOCK, RBLOCK]))")
                 if self.need_mask["r"]:
                     body.append(f"{ind}{acc} = tl.where(rmask, {acc}_nv, {acc})")
                     body.append(f"{ind}{acc}_i = tl.where(rmask, {acc}_ni, {acc}_i)")
