@@ -27,6 +27,11 @@ def softmax(x):
     return x.softmax(-1)
 
 
+def causal_softmax(scores, mask):
+    """Attention's scaled, causally masked softmax (half the row is exp(-inf))."""
+    return (scores * 0.125).masked_fill(mask, float("-inf")).softmax(-1)
+
+
 def make(name: str, shape: tuple, device="cpu", dtype=torch.float32):
     """(fn, args) of the workload `name` at `shape` (the main input's shape)."""
     g = torch.Generator().manual_seed(0)
@@ -46,6 +51,8 @@ def make(name: str, shape: tuple, device="cpu", dtype=torch.float32):
         return rms_norm, (rand(*shape), rand(shape[-1]))
     if name == "ceil_floor_softmax":
         return ceil_floor_softmax, (rand(*shape), rand(*shape))
+    if name == "causal_softmax":
+        return causal_softmax, (rand(*shape), torch.ones(shape[-2:], dtype=torch.bool, device=device).triu(1))
     if name == "toy_example":
         return toy_example, (rand(*shape), -rand(*shape).abs() - 0.1)  # b.sum() < 0: the branch runs
     raise KeyError(name)
