@@ -4,7 +4,8 @@ lanes of r, a costly row value (softmax's exp) is kept in a row buffer for the l
 loops, float exp is an inlined polynomial within an ulp, float sin and cos
 are too (within 1.7 ulp, with libm's beyond their range), a division by a row value multiplies by its reciprocal where that is exact enough, equal reductions are made once, a loop indexed by r0 // d runs as two loops, the NaN flag of max/min lives in an int (so
 the loop vectorizes), float16 moves as bits with software conversions that round as
-ATen does, and a kernel compiled while torch runs one thread has no parallel region."""
+ATen does, a kernel compiled while torch runs one thread has no parallel region, a
+select on a bool tensor vectorizes, and math-heavy kernels ask for 512-bit vectors."""
 from __future__ import annotations
 
 import re
@@ -249,3 +250,37 @@ def test_products_are_rounded_before_they_cancel(check_compiled):
     a, b = torch.randn(7, 1, 33), torch.randn(7, 1, 33)
     cap = check_compiled(lambda a, b: ((a * b).std(1), (a * b).var(1, correction=0)), a, b)
     assert cap.kernels
+
+
+def _assembly(source: str, tmp_path) -> str:
+    """`source` compiled by g++ with the kernels' own flags, as assembly."""
+    import subprocess
+
+    from compiler.runtime import cpp_build
+
+    src = tmp_path / "kernel.cpp"
+    src.write_text(source)
+    flags = [f for f in cpp_build.FLAGS if f not in ("-shared", "-fPIC")]
+    subprocess.run(["g++", *flags, "-S", str(src), "-o", str(tmp_path / "kernel.s")], check=True)
+    return (tmp_path / "kernel.s").read_text()
+
+
+def test_a_select_on_a_bool_tensor_vectorizes(check_compiled, tmp_path):
+    """Bool tensors reach the kernels as bytes (uint8_t*): through a bool*, g++ left
+    the loops of a masked softmax scalar (6x the time of the softmax alone)."""
+    torch.manual_seed(0)
+    x, mask = torch.randn(3, 64, 64), torch.rand(64, 64) > 0.5
+    cap = check_compiled(lambda x, m: x.masked_fill(m, float("-inf")).softmax(-1), x, mask)
+    src = _sources(cap)
+    assert "const uint8_t* __restrict__" in src and "bool*" not in src
+    assert re.search(r"\bv?maxps\b", _assembly(src, tmp_path)), "the row max is not computed on packed floats"
+
+
+def test_math_heavy_kernels_ask_for_512_bit_vectors(check_compiled):
+    """Kernels with libm-like math or 16-bit floats prefer 512-bit vectors (where the
+    CPU has them); light ones keep g++'s 256."""
+    x = torch.randn(37, 65)
+    pragma = 'target("prefer-vector-width=512")'
+    assert pragma in _sources(check_compiled(lambda x: x.sin() * 2, x))
+    assert pragma in _sources(check_compiled(lambda x: x.to(torch.bfloat16) * 2, x))
+    assert pragma not in _sources(check_compiled(lambda x: x * 2 + 1, x))
