@@ -566,10 +566,10 @@ class CppKernel:
         converted both ways) take 512-bit vectors where the CPU has them; g++ keeps
         to 256 bits by default, which Inductor's AVX-512 code outran 1.3-1.5x. Light
         ones stay at 256 (an rms_norm ran 5% slower at 512). One thread, Xeon with
-        AVX-512, Inductor/ours: sin chain 0.73 -> 1.13, softmax 0.74 -> 1.04, bf16
-        layer_norm 0.84 -> 1.08, PointwiseModel [2048, 1024] 1.01 -> 2.00. Set after
-        the prelude: before it, g++ compiles the headers' functions for it too (0.28
-        against 0.18 s a softmax)."""
+        AVX-512, Inductor/ours (runs vary by several %): sin chain 0.73 -> 1.13, softmax
+        0.74 -> 0.95-1.04, bf16 layer_norm 0.84 -> 0.99-1.08, PointwiseModel [2048,
+        1024] 1.01 -> 2.0-2.3. Set after the prelude: before it, g++ compiles the
+        headers' functions for it too (0.28 against 0.18 s a softmax)."""
         half = any(self.buffers[n].dtype in (torch.float16, torch.bfloat16) for n in self.args.inputs + self.args.outputs)
         costly = any(e.op in COSTLY_OPS for m in self.k.members for e in m.value.walk())
         return '#pragma GCC target("prefer-vector-width=512")\n' if half or costly else ""
