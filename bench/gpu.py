@@ -115,9 +115,13 @@ class Workload:
         self.name, self.make, self.memory_bound, self.train = name, make, memory_bound, train
 
 
+def shrink(smoke: bool):
+    """Sizes as given, or for --smoke a 64th of them (at least 1)."""
+    return lambda n: max(1, n // 64) if smoke else n
+
+
 def workloads(device, smoke: bool) -> list[Workload]:
-    def s(n):  # shrink sizes for --smoke
-        return max(1, n // 64) if smoke else n
+    s = shrink(smoke)
 
     def rnd(*shape, dtype=torch.float32):
         return torch.randn(*shape, device=device, dtype=dtype)
@@ -184,8 +188,7 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
     """Patterns of transformer training and inference beyond the seeds, where a
     user would notice us falling behind Inductor. Steps with a backward report no
     floor (the gradients they write are not among the call's outputs)."""
-    def s(n):
-        return max(1, n // 64) if smoke else n
+    s = shrink(smoke)
 
     def rnd(*shape, dtype=torch.bfloat16, grad=False):
         return torch.randn(*shape, device=device, dtype=dtype, requires_grad=grad)

@@ -362,9 +362,7 @@ class TritonKernel:
             # one element: a block of one, as a 0-d value mixes badly with blocks
             # (an index read from memory is one already)
             code = f"tl.full({self.ones_shape()}, {code}, {'tl.int64' if self.int64 else 'tl.int32'})"
-        # constants to the bound's side: (x0 % 128) >= 64, which Triton sees constant over 64 elements
-        bounds = [(u - u.as_coeff_Add()[0], op, c - int(u.as_coeff_Add()[0])) for u, op, c in bounds]
-        mask = " & ".join([self.mask(axes)] * bool(self.mask(axes)) + [f"({texpr(u, names)} {op} {c})" for u, op, c in bounds])
+        mask = " & ".join(filter(None, [self.mask(axes), *(f"({texpr(u, names)} {op} {c})" for u, op, c in bounds)]))
         m = f", {mask}, other=0" if mask else ""
         if "r" in axes and name in self.evict:
             m += f", eviction_policy='{self.evict[name]}'"
@@ -918,7 +916,9 @@ class TritonKernel:
 
 def unclamp(idx: sympy.Expr, ranges: dict) -> tuple[sympy.Expr, list]:
     """A load at a clamped index as a masked load at the index itself: (index,
-    [(u, op, bound)]: the conditions u op bound that mask it). The lowerings clamp
+    [(u, op, bound)]: the conditions u op bound that mask it, constants on the
+    bound's side: (x0 % 128) >= 64, which Triton sees constant over 64 elements,
+    not (x0 % 128) - 64 >= 0). The lowerings clamp
     only where they discard the value outside the clamp (cat, constant_pad_nd, a
     short scatter index), so a masked load's 0 there serves as well. Unclamped,
     Triton sees the accesses contiguous and loads them in vectors: minimum(63,
@@ -933,10 +933,13 @@ def unclamp(idx: sympy.Expr, ranges: dict) -> tuple[sympy.Expr, list]:
             c, u = sorted(e.args, key=lambda a: not a.is_Integer)
             if c.is_Integer and not u.is_Integer:
                 u, c = strip(u), int(c)
-                if isinstance(e, sympy.Min) and (upper_bound(u, ranges) is None or upper_bound(u, ranges) > c):
-                    bounds.append((u, "<", c + 1))
-                elif isinstance(e, sympy.Max) and not (c <= 0 and u.is_nonnegative):
-                    bounds.append((u, ">=", c))
+                k, rest = u.as_coeff_Add()
+                if isinstance(e, sympy.Min):
+                    top = upper_bound(u, ranges)
+                    if top is None or top > c:
+                        bounds.append((rest, "<", c + 1 - int(k)))
+                elif not (c <= 0 and u.is_nonnegative):
+                    bounds.append((rest, ">=", c - int(k)))
                 return u
         return e.func(*[strip(a) for a in e.args]) if e.args else e
 
