@@ -3,12 +3,14 @@
 (functionalized in-place ops)."""
 from __future__ import annotations
 
+import math
+
 import sympy
 import torch
 
 from .. import ir
 from ..graph import Lazy, View
-from ..index import linear_index, symbol
+from ..index import linear_index, loop_vars, symbol
 from . import reduction
 from .registry import Unsupported, broadcast_load, is_tensor, make_pointwise, origins_of, out_val, register, upcast
 
@@ -27,7 +29,7 @@ def _indirect(g, value: ir.Expr, size: int):
 @register(aten.index.Tensor)
 def index(g, node, x, indices):
     val = out_val(node)
-    x = g.realize(x)
+    x = _source(g, x, val)
     positions = [k for k, t in enumerate(indices) if t is not None]
     if not positions:
         raise Unsupported("index with no index tensors")
@@ -51,7 +53,7 @@ def index(g, node, x, indices):
             s, e = _indirect(g, broadcast_load(t, bshape, b_idx), x.size[d])
             full[d] = s
             binds.append((s, e))
-        return ir.load(x.buffer.name, linear_index(full, x.stride, x.offset), x.dtype, tuple(binds))
+        return _read(x, full, tuple(binds))
 
     return Lazy(size, val.dtype, body, origins_of(g, node, *idx_tensors))
 
@@ -59,16 +61,52 @@ def index(g, node, x, indices):
 @register(aten.gather.default)
 def gather(g, node, x, dim, index_t, *, sparse_grad=False):
     val = out_val(node)
-    x = g.realize(x)
+    x = _source(g, x, val)
     dim = dim % max(x.ndim, 1)
 
     def body(idx):
         s, e = _indirect(g, index_t.load(list(idx)), x.size[dim])
         full = list(idx)
         full[dim] = s
-        return ir.load(x.buffer.name, linear_index(full, x.stride, x.offset), x.dtype, ((s, e),))
+        return _read(x, full, ((s, e),))
 
     return Lazy(tuple(val.shape), val.dtype, body, origins_of(g, node, index_t))
+
+
+def _source(g, x, val):
+    """What an indirect read reads: a computed value stays lazy, recomputed at the
+    elements read, when they are fewer than its own and it reads few values
+    (cross entropy picks one log-probability a row: its log_softmax is then
+    never stored, only each row's max and sum); else it is stored first."""
+    if isinstance(x, Lazy) and x.realized is None and val.numel() <= math.prod(x.size):
+        value = x.load(loop_vars("i", x.ndim))
+        # an index value (iota, a one-hot compare) would need the bound index itself
+        if x.count_loads() <= INLINE_INDIRECT_LOADS and not any(e.op == "index" for e in value.walk()):
+            return x
+    return g.realize(x)
+
+
+# loads of a computed value an indirect read recomputes at each element it reads
+INLINE_INDIRECT_LOADS = 4
+
+
+def _read(x, full, binds) -> ir.Expr:
+    """x at index `full`, whose indirect symbols `binds` gives values."""
+    if isinstance(x, View):
+        return ir.load(x.buffer.name, linear_index(full, x.stride, x.offset), x.dtype, binds)
+    return _bind(x.load(full), binds, {})
+
+
+def _bind(e: ir.Expr, binds: tuple, memo: dict) -> ir.Expr:
+    """`e` with `binds` attached to each load whose index uses their symbols."""
+    if e not in memo:
+        if e.op == "load":
+            name, index, inner = e.args
+            inner = tuple((s, _bind(v, binds, memo)) for s, v in inner)
+            memo[e] = ir.load(name, index, e.dtype, inner + tuple(b for b in binds if b[0] in index.free_symbols))
+        else:
+            memo[e] = ir.Expr(e.op, tuple(_bind(a, binds, memo) if isinstance(a, ir.Expr) else a for a in e.args), e.dtype)
+    return memo[e]
 
 
 # scatter reads every index along the scatter dim for each output element: fine

@@ -179,6 +179,47 @@ def test_indirect_reads(check_compiled, dtype):
     no_fallbacks(cap)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_indirect_reads_of_computed_values(check_compiled, dtype):
+    """A gather or index of a computed value recomputes it at the elements read
+    when they are fewer than its own; otherwise (more elements read, or a value
+    of the index itself, as an arange) it reads it from memory."""
+    torch.manual_seed(3)
+    x = rand((6, 5, 7), dtype)
+    g = torch.randint(0, 5, (6, 3, 7))
+    i = torch.randint(-6, 6, (4,))
+    j = torch.randint(0, 7, (4,))
+    w = rand((10, 9), dtype)
+    tok = torch.randint(0, 10, (3, 4))
+    table = {
+        "gather(x.sin() * 2)": lambda x, g, i, j, w, tok: torch.gather(x.sin() * 2, 1, g),
+        "(x + 1)[i, :, j]": lambda x, g, i, j, w, tok: (x + 1)[i, :, j],
+        "gather of a gather": lambda x, g, i, j, w, tok: torch.gather(torch.gather(x, 1, g).exp(), 2, g[:, :, :2] % 7),
+        "gather(x + arange)": lambda x, g, i, j, w, tok: torch.gather(x + torch.arange(7, device=x.device, dtype=x.dtype), 1, g),
+        "embedding(w * 3), more rows than w": lambda x, g, i, j, w, tok: F.embedding(tok.repeat(3, 1), w * 3),
+    }
+    fns = list(table.values())
+    cap = check_compiled(lambda *a: tuple(f(*a) for f in fns), x, g, i, j, w, tok, names=list(table))
+    no_fallbacks(cap)
+
+
+@pytest.mark.parametrize("classes", [1001, 5003])  # on a GPU: rows in one block, and looped
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_cross_entropy_stores_no_log_probabilities(check_compiled, dtype, classes):
+    """cross_entropy picks one log-probability a row: the forward stores each
+    row's max and sum, not the [rows, classes] log_softmax (4096 x 32000 bf16:
+    262 MB written and read back, for a loss of one number)."""
+    torch.manual_seed(4)
+    logits = rand((37, classes), dtype)
+    target = torch.randint(0, classes, (37,))
+    target[5] = -100  # ignored
+    cap = check_compiled(F.cross_entropy, logits, target,
+                         tol=None if dtype == torch.float32 else dict(rtol=2e-2, atol=1e-2))
+    no_fallbacks(cap)
+    written = sum(k.bytes_written for k in cap.kernels)
+    assert written < 16 * 37, [(k.name, k.bytes_written) for k in cap.kernels]
+
+
 MUTATIONS = {
     "add_": (lambda x: x.add_(1), [(4, 5)]),
     "mul_ then read": (lambda x: (x.mul_(2), x * 3)[1], [(4, 5)]),
