@@ -16,7 +16,8 @@ aten = torch.ops.aten
 
 
 # their gradient goes where the input equals the result: that input is compared
-# bit for bit with the saved result, so it must be saved, not recomputed
+# bit for bit with the saved result, so it must be saved, not recomputed (where
+# the joint graph compares it)
 _COMPARED_WITH_RESULT = (aten.amax.default, aten.amin.default, aten.max.default, aten.min.default)
 
 
@@ -32,9 +33,16 @@ def _partition(joint: torch.fx.GraphModule, *args, **kwargs):
 
     for target in _COMPARED_WITH_RESULT:
         for node in joint.graph.find_nodes(op="call_function", target=target):
-            if node.args[0].op == "call_function":
+            if node.args[0].op == "call_function" and _compared(node.args[0]):
                 node.args[0].meta["recompute"] = CheckpointPolicy.MUST_SAVE
     return min_cut_rematerialization_partition(joint, *args, **kwargs)
+
+
+def _compared(node: torch.fx.Node) -> bool:
+    """Whether the joint graph compares `node` (or an alias of it) with `eq`: a
+    max's gradient does; log_softmax's max, taken only to shift the exponent, is
+    not (saved, its fp32 input cost cross entropy a saved [rows, classes] tensor)."""
+    return any(u.target is aten.eq.Tensor or u.target is aten.alias.default and _compared(u) for u in node.users)
 
 
 def fusion_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
