@@ -65,6 +65,8 @@ OUTER_XBLOCK = 32
 OUTER_WIDE_XBLOCK = 64
 # one-pass reductions over rows at least this long loop (with tuned RBLOCK)
 LOOPED_MIN_RBLOCK = 2048
+# a reduction of one row, up to this long, is one program's block (see plan)
+SINGLE_ROW_MAX_RBLOCK = 4096
 # the largest first-guess step of a looped reduction that reads each row more than once
 MULTIPASS_STEP_BYTES = 32 << 10
 # split a looped reduction when a row has at least this many loop iterations per split
@@ -152,8 +154,11 @@ def plan(kernel: FusedKernel, device: torch.device, itemsize: int, int64: bool =
         limit = max(limit, WIDE_PERSISTENT_MAX_RBLOCK[itemsize])
     # one pass over r reads each row once either way: long rows then loop, so
     # that the block size along r can be tuned (one iteration = persistent)
-    one_pass = all(m.phase <= 1 for m in kernel.members)
-    persistent = rblock <= limit and not (gpu and inner and one_pass and rblock >= LOOPED_MIN_RBLOCK)
+    one_pass = kernel.loops == 1
+    # one program for the whole row: each step of a loop would wait on memory in turn
+    # (H200, cross entropy's gather of one logit a row over 4096 rows: 11.6 us looped)
+    single = gpu and inner and xn == 1 and rblock <= SINGLE_ROW_MAX_RBLOCK
+    persistent = single or rblock <= limit and not (gpu and inner and one_pass and rblock >= LOOPED_MIN_RBLOCK)
     if persistent and gpu and inner and rn * itemsize > SHIFTED_PERSISTENT_MAX_BYTES and not int64:
         stride = row_stride(kernel, _row_indices(kernel))  # int64 kernels are never shifted
         persistent = stride is None or stride * itemsize % 16 == 0
@@ -298,13 +303,16 @@ def row_stride(kernel: FusedKernel, indices: list | None) -> int | None:
 
 
 def reduces_contiguous(kernel: FusedKernel) -> bool:
-    """True when the reduced dim is the contiguous one in most loads."""
-    votes = 0
-    for e in external_loads(kernel):
-        idx = sympy.expand(e.args[1])
-        if R in idx.free_symbols:
-            votes += 1 if idx.coeff(R) == 1 else -1
-    return votes >= 0
+    """True when the reduced dim is the contiguous one in most loads that walk
+    both x and r (a full-size input); loads along r alone (a weight, a row's
+    statistics) vote only when there are none: four per-row vectors read r
+    contiguously, and they outvoted the one [8192, 4096] input of a LayerNorm
+    backward's column sums, which then walked it transposed (H200: 703 us, against
+    129 as an outer reduction)."""
+    indices = [sympy.expand(e.args[1]) for e in external_loads(kernel)]
+    along_r = [i for i in indices if R in i.free_symbols]
+    walks = [i for i in along_r if X in i.free_symbols] or along_r
+    return sum(1 if i.coeff(R) == 1 else -1 for i in walks) >= 0
 
 
 def outer_rblock(xb: int) -> int:
