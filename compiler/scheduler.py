@@ -516,14 +516,16 @@ def _why_not_fused(member: Member, kernel: FusedKernel, consumed: set) -> str:
 
 def _shares_a_load(member: Member, kernel: FusedKernel) -> bool:
     """Whether `member` loads an element at the same kernel index as a member of
-    `kernel`, at an index that varies along both x and r: sharing a scalar, or a
-    weight along one dim, saves nothing worth a walk in another layout (a
-    LayerNorm's input gradient, fused by the loss's scalar gradient with the
-    weight gradient's column sums, read its input again in other blocks: H200,
-    [8192, 4096] bf16, 147 us for that kernel, against 31 as the row kernel's epilogue)."""
+    `kernel`, at an index that varies along both x and r (along r, in a kernel of
+    one row): sharing a scalar, or a weight along one dim, saves nothing worth a
+    walk in another layout (a LayerNorm's input gradient, fused by the loss's
+    scalar gradient with the weight gradient's column sums, read its input again
+    in other blocks: H200, [8192, 4096] bf16, 147 us for that kernel, against 31
+    as the row kernel's epilogue)."""
+    walks = {R} if kernel.xnumel == 1 else {X, R}
     for m in kernel.members:
         for name in member.reads.keys() & m.reads.keys():
-            theirs = [i for i in m.reads[name] if i is not None and {X, R} <= i.free_symbols]
+            theirs = [i for i in m.reads[name] if i is not None and walks <= i.free_symbols]
             if any(i is not None and any(fold_divmod(i - j) == 0 for j in theirs) for i in member.reads[name]):
                 return True
     return False
