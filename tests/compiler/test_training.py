@@ -96,6 +96,27 @@ def test_mlp_mse_training_steps_track_eager():
     assert all(g.kernels for g in cap.graphs)
 
 
+def test_mse_loss_and_the_difference_it_saves_are_one_kernel():
+    """The forward's mean of squares and the difference it saves for the backward
+    read the same elements: one kernel over the whole tensor (one row) does both."""
+    torch.manual_seed(2)
+    x, t = torch.randn(37, 13, requires_grad=True), torch.randn(37, 13)
+
+    def step(x, t):
+        x.grad = None
+        loss = F.mse_loss(x * 2 + 1, t)
+        loss.backward()
+        return loss, x.grad
+
+    with compiler.capture() as cap:
+        loss, grad = torch.compile(step, backend="fusion")(x, t)
+    ref_loss, ref_grad = step(x, t)
+    torch.testing.assert_close(loss, ref_loss, **TOL)
+    torch.testing.assert_close(grad, ref_grad, **TOL)
+    forward = next(g for g in cap.graphs if g.kind == "forward")
+    assert len(forward.kernels) == 1, [k.name for k in forward.kernels]
+
+
 def test_training_with_a_second_batch_size():
     """The last batch is smaller: Dynamo retraces with symbolic sizes, and
     forward and backward are compiled again for that size, grads equal eager's."""
