@@ -78,10 +78,10 @@ def _source(g, x, val):
     elements read, when they are fewer than its own and it reads few values
     (cross entropy picks one log-probability a row: its log_softmax is then
     never stored, only each row's max and sum); else it is stored first."""
-    if isinstance(x, Lazy) and x.realized is None and val.numel() <= math.prod(x.size):
-        value = x.load(loop_vars("i", x.ndim))
+    few = isinstance(x, Lazy) and x.realized is None and val.numel() <= math.prod(x.size)
+    if few and x.count_loads() <= INLINE_INDIRECT_LOADS:
         # an index value (iota, a one-hot compare) would need the bound index itself
-        if x.count_loads() <= INLINE_INDIRECT_LOADS and not any(e.op == "index" for e in value.walk()):
+        if not any(e.op == "index" for e in x.load(loop_vars("i", x.ndim)).walk()):
             return x
     return g.realize(x)
 
