@@ -762,6 +762,8 @@ class CppKernel:
         else:
             body.extend(f"{indent}{ct} {n} = {v};" for ct, n, v in decls)
         rnumel = max(self.k.rnumel, 1)
+        if not self.block:
+            self._hoist(members, row_cse, body, indent)
         if lanes:
             full = rnumel - rnumel % lanes
             body.append(f"{indent}for (int64_t r0b = 0; r0b < {full}; r0b += {lanes})")
@@ -820,6 +822,17 @@ class CppKernel:
         for m in members:
             if m.role == "full":
                 self.row_vars.pop(m.node.name, None)
+
+    def _hoist(self, members, row_cse, body, indent):
+        """Values of the loop's members that are the same for every r0 (a row's
+        target class, the loss's scalar gradient), computed once before the loop:
+        inside it, g++ left cross entropy's backward scalar (its one-hot select
+        became a branch)."""
+        for m in members:
+            for e in self._rewrite(m.value).walk(known=row_cse):
+                # r-dependent: this loop's own values too (full members, row buffers)
+                if e.op not in ("const", "index") and not _depends_on_r(e):
+                    self.emit_value(e, row_cse, body, indent)
 
     def _sum_lanes(self, members, reds, parallel_r, row_cse, loop) -> int:
         """Lanes (r0 modulo lanes) that a loop of float sums accumulates in, or 0.

@@ -284,3 +284,43 @@ def test_math_heavy_kernels_ask_for_512_bit_vectors(check_compiled):
     assert pragma in _sources(check_compiled(lambda x: x.sin() * 2, x))
     assert pragma in _sources(check_compiled(lambda x: x.to(torch.bfloat16) * 2, x))
     assert pragma not in _sources(check_compiled(lambda x: x * 2 + 1, x))
+
+
+def test_row_values_are_computed_before_the_loop_over_the_row():
+    """What a reduction's loop needs and that does not change along the row (the
+    row's target class, the loss's scalar gradient) is computed once before it.
+    Inside it, g++ made cross entropy's backward one-hot select a branch and left
+    the loop scalar: 300 ms for [512, 32000] bf16 on one thread, eager 51."""
+    torch.manual_seed(6)
+    logits = torch.randn(37, 1001, dtype=torch.bfloat16, requires_grad=True)
+    target = torch.randint(0, 1001, (37,))
+
+    def step(x, t):
+        x.grad = None
+        loss = torch.nn.functional.cross_entropy(x, t)
+        loss.backward()
+        return loss, x.grad
+
+    with compiler.capture() as cap:
+        loss, grad = torch.compile(step, backend="fusion")(logits, target)
+    ref_loss, ref_grad = step(logits, target)
+    torch.testing.assert_close(loss, ref_loss, rtol=2e-2, atol=1e-4)
+    torch.testing.assert_close(grad, ref_grad, rtol=2e-2, atol=1e-4)
+    (backward,) = [g for g in cap.graphs if g.kind == "backward"]
+    src = _sources(backward)
+    inside = _loop_bodies(src, "for (int64_t r0")
+    assert re.search(r"in_ptr\d+\[x0\]", src) and inside, src
+    assert not re.search(r"in_ptr\d+\[(x0|0)\]", inside), inside  # the row's values are read before
+
+
+def _loop_bodies(src: str, head: str) -> str:
+    """The lines of every loop whose line starts with `head` (by indentation)."""
+    lines, out = src.splitlines(), []
+    for k, line in enumerate(lines):
+        if line.lstrip().startswith(head):
+            depth = len(line) - len(line.lstrip())
+            for body in lines[k + 2:]:  # past the loop's "{"
+                if len(body) - len(body.lstrip()) <= depth:
+                    break
+                out.append(body)
+    return "\n".join(out)
