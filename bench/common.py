@@ -8,6 +8,7 @@ import statistics
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 # the workloads are the suites' (one definition for suites, tests and benchmarks)
@@ -53,6 +54,8 @@ def make(name: str, shape: tuple, device="cpu", dtype=torch.float32):
         return ceil_floor_softmax, (rand(*shape), rand(*shape))
     if name == "causal_softmax":
         return causal_softmax, (rand(*shape), torch.ones(shape[-2:], dtype=torch.bool, device=device).triu(1))
+    if name == "cross_entropy":
+        return F.cross_entropy, (rand(*shape), torch.randint(0, shape[-1], shape[:-1], generator=g).to(device))
     if name == "toy_example":
         return toy_example, (rand(*shape), -rand(*shape).abs() - 0.1)  # b.sum() < 0: the branch runs
     raise KeyError(name)

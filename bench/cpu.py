@@ -46,11 +46,13 @@ WORKLOADS = [
     ("mixed_model", (256, 512), F32, "mixed"),
     ("ceil_floor_softmax", (1024, 1024), F32, "mixed"),
     ("toy_example", (1_000_000,), F32, "mixed"),
+    ("cross_entropy", (512, 32000), BF16, "mixed"),
 ]
 NOISE = 0.97  # a ratio in [NOISE, 1) is reported as within noise, not as met
 QUICK = {"sin_chain": (10_000,), "tanh_gelu": (10_000,), "relu_sigmoid_tanh": (10_000,), "pointwise_model": (64, 1024),
          "softmax": (64, 1024), "layer_norm": (64, 1024), "rms_norm": (64, 1024), "mixed_model": (64, 512),
-         "ceil_floor_softmax": (64, 1024), "toy_example": (10_000,), "causal_softmax": (1, 2, 64, 64)}
+         "ceil_floor_softmax": (64, 1024), "toy_example": (10_000,), "causal_softmax": (1, 2, 64, 64),
+         "cross_entropy": (64, 1000)}
 SAMPLE_S = 0.02  # aim for samples of about this long (several calls each)
 # run-time clock: wall time, or this process's CPU time (--clock cpu, one thread only:
 # on a shared machine it leaves out the time other processes had the core)
