@@ -33,6 +33,18 @@ def causal_softmax(scores, mask):
     return (scores * 0.125).masked_fill(mask, float("-inf")).softmax(-1)
 
 
+def train_step(loss_of):
+    """A training step on input x: its gradient zeroed, loss_of(x, *rest)
+    backpropagated; returns the loss and x's gradient (both checked)."""
+    def step(x, *rest):
+        x.grad = None
+        loss = loss_of(x, *rest)
+        loss.backward()
+        return loss.detach(), x.grad
+
+    return step
+
+
 def make(name: str, shape: tuple, device="cpu", dtype=torch.float32):
     """(fn, args) of the workload `name` at `shape` (the main input's shape)."""
     g = torch.Generator().manual_seed(0)
@@ -54,8 +66,14 @@ def make(name: str, shape: tuple, device="cpu", dtype=torch.float32):
         return ceil_floor_softmax, (rand(*shape), rand(*shape))
     if name == "causal_softmax":
         return causal_softmax, (rand(*shape), torch.ones(shape[-2:], dtype=torch.bool, device=device).triu(1))
-    if name == "cross_entropy":
-        return F.cross_entropy, (rand(*shape), torch.randint(0, shape[-1], shape[:-1], generator=g).to(device))
+    if name in ("cross_entropy", "cross_entropy_train"):
+        target = torch.randint(0, shape[-1], shape[:-1], generator=g).to(device)
+        if name == "cross_entropy":
+            return F.cross_entropy, (rand(*shape), target)
+        return train_step(F.cross_entropy), (rand(*shape).requires_grad_(), target)
+    if name == "layer_norm_train":
+        ln = nn.LayerNorm(shape[-1]).to(device, dtype)
+        return train_step(lambda x: ln(x).float().pow(2).mean()), (rand(*shape).requires_grad_(),)
     if name == "toy_example":
         return toy_example, (rand(*shape), -rand(*shape).abs() - 0.1)  # b.sum() < 0: the branch runs
     raise KeyError(name)

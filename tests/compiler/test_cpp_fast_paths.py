@@ -324,3 +324,62 @@ def _loop_bodies(src: str, head: str) -> str:
                     break
                 out.append(body)
     return "\n".join(out)
+
+
+def _vectorized_lines(source: str, tmp_path) -> set:
+    """Lines of `source` whose loops g++ vectorized, built with the kernels' own flags."""
+    import subprocess
+
+    from compiler.runtime import cpp_build
+
+    src = tmp_path / "kernel.cpp"
+    src.write_text(source)
+    flags = [f for f in cpp_build.FLAGS if f not in ("-shared", "-fPIC")]
+    done = subprocess.run(["g++", *flags, "-fopt-info-vec-optimized", "-S", str(src), "-o", str(tmp_path / "kernel.s")],
+                          check=True, capture_output=True, text=True)
+    return {int(m.group(1)) for m in re.finditer(r"kernel\.cpp:(\d+):\d+: optimized: loop vectorized", done.stderr)}
+
+
+def test_layer_norm_backward_column_sums_vectorize(tmp_path):
+    """LayerNorm's weight and bias gradients sum columns in blocks of x lanes, and
+    the input gradient is stored in the same walk: g++ vectorizes that walk (its
+    loop-invariant motion, left on, made it reject the lanes' accumulator arrays)."""
+    torch.manual_seed(7)
+    ln = torch.nn.LayerNorm(296).to(torch.bfloat16)
+    x = torch.randn(37, 296, dtype=torch.bfloat16, requires_grad=True)
+
+    def step(x):
+        x.grad = None
+        loss = ln(x).float().pow(2).mean()
+        loss.backward()
+        return loss, x.grad, ln.weight.grad, ln.bias.grad
+
+    with compiler.capture() as cap:
+        got = torch.compile(step, backend="fusion")(x)
+    want = step(x)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=2e-2, atol=1e-3)
+    walk = "for (int64_t r0 ="  # down the rows, in blocks of x lanes
+    blocked = [k for k in cap.kernels if "out_ptr" in _loop_bodies(k.source, walk) and "xi < xn" in k.source]
+    assert blocked, [k.name for k in cap.kernels]
+    for k in blocked:
+        first = next(n for n, line in enumerate(k.source.splitlines(), 1) if line.lstrip().startswith(walk))
+        last = first + 1 + len(_loop_bodies(k.source, walk).splitlines())
+        # g++ reports a line inside the loop it vectorized
+        assert _vectorized_lines(k.source, tmp_path) & set(range(first, last + 1)), k.source
+
+
+def test_a_row_value_of_a_split_loop_is_computed_once_per_row():
+    """A sum over whole rows of a normalized value (a LayerNorm's mean-square loss)
+    walks r as rows r0o of r0i elements: the row's statistics (an rsqrt) are
+    computed once per r0o, not per element (bf16 [2048, 1024], one thread:
+    11.2 -> 0.8 ms)."""
+    torch.manual_seed(8)
+    x, w, b = torch.randn(37, 128), torch.randn(128), torch.randn(128)
+    fn = lambda x, w, b: torch.nn.functional.layer_norm(x, (128,), w, b).pow(2).mean()  # noqa: E731
+    with compiler.capture() as cap:
+        got = torch.compile(fn, backend="fusion")(x, w, b)
+    torch.testing.assert_close(got, fn(x, w, b), rtol=1e-4, atol=1e-5)
+    (total,) = [k for k in cap.kernels if k.numel == 1]
+    assert "for (int64_t r0o" in total.source, total.source
+    assert "sqrt" not in _loop_bodies(total.source, "for (int64_t r0b"), total.source
