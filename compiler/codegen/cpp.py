@@ -805,7 +805,11 @@ class CppKernel:
             else:
                 body.append(f"{indent}for (int64_t r0 = 0; r0 < {rnumel}; r0++)")
                 body.append(indent + "{")
-            inner = self._lanes_open(body, indent + "    ") if self.block else indent + "    "
+            inner = indent + "    "
+            if self.block:  # what a step r0 needs alike for every lane: once per step
+                row_cse = dict(row_cse)
+                self._hoist(members, row_cse, body, inner, (symbol(f"x{len(self.nest) - 1}"),))
+                inner = self._lanes_open(body, inner)
             self._loop_body(members, accs, lane, body, inner, row_cse, loop)
             if self.block:
                 body.append(indent + "    }")

@@ -343,7 +343,8 @@ def _vectorized_lines(source: str, tmp_path) -> set:
 def test_layer_norm_backward_column_sums_vectorize(tmp_path):
     """LayerNorm's weight and bias gradients sum columns in blocks of x lanes, and
     the input gradient is stored in the same walk: g++ vectorizes that walk (its
-    loop-invariant motion, left on, made it reject the lanes' accumulator arrays)."""
+    loop-invariant motion, left on, made it reject the lanes' accumulator arrays),
+    and each row's values are computed once per row, before its lanes."""
     torch.manual_seed(7)
     ln = torch.nn.LayerNorm(296).to(torch.bfloat16)
     x = torch.randn(37, 296, dtype=torch.bfloat16, requires_grad=True)
@@ -367,6 +368,8 @@ def test_layer_norm_backward_column_sums_vectorize(tmp_path):
         last = first + 1 + len(_loop_bodies(k.source, walk).splitlines())
         # g++ reports a line inside the loop it vectorized
         assert _vectorized_lines(k.source, tmp_path) & set(range(first, last + 1)), k.source
+        # a row's values (its mean and rstd) are read once per row, not per lane
+        assert not re.search(r"in_ptr\d+\[r0\]", _loop_bodies(k.source, "for (int64_t xi")), k.source
 
 
 def test_a_row_value_of_a_split_loop_is_computed_once_per_row():
