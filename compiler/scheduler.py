@@ -514,6 +514,16 @@ def _why_not_fused(member: Member, kernel: FusedKernel, consumed: set) -> str:
     return ""
 
 
+def layout_deciding(indices: list, x: sympy.Symbol = X) -> list:
+    """Of the load indices that walk r, those that decide a reduction's layout:
+    the ones that also walk x (full-size inputs); loads along r alone (a weight, a
+    row's statistics) only where there are none. Four per-row vectors read along
+    r outvoted a LayerNorm backward's one [rows, cols] input, and its column sums
+    walked that input transposed (H200, [8192, 4096] bf16: 703 us, against 129)."""
+    along_r = [i for i in indices if R in i.free_symbols]
+    return [i for i in along_r if x in i.free_symbols] or along_r
+
+
 def _shares_a_load(member: Member, kernel: FusedKernel) -> bool:
     """Whether `member` loads an element at the same kernel index as a member of
     `kernel`, at an index that varies along both x and r (along r, in a kernel of

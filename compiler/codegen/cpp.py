@@ -15,7 +15,7 @@ from sympy.printing.c import C99CodePrinter
 
 from .. import ir
 from ..index import FloorDiv, ModularIndexing, simplify_with_ranges, symbol
-from ..scheduler import R, X, FusedKernel, Member
+from ..scheduler import R, X, FusedKernel, Member, layout_deciding
 from .common import INFIX_OPS, kernel_args, member_order
 
 CTYPE = {
@@ -700,16 +700,18 @@ class CppKernel:
         are mostly contiguous in the innermost x rather than in r (x.sum(0))."""
         if len(self.nest) < 1 or self.nest[-1] < 8:
             return 0
-        xl = symbol(f"x{len(self.nest) - 1}")
-        along_r = [e.args[1] for m in self.k.members for e in self._rewrite(m.value).walk()
-                   if e.op == "load" and R in e.args[1].free_symbols]
-        # loads that walk x and r (full-size inputs) decide: a LayerNorm backward's
-        # column sums read four per-row vectors along r and x across rows, and walked
-        # x down its columns (bf16 [2048, 1024], one thread: 85 ms, Inductor 7)
-        walks = [i for i in along_r if xl in i.free_symbols] or along_r
+        xl = self._inner_x()
+        loads = [e.args[1] for m in self.k.members for e in self._rewrite(m.value).walk() if e.op == "load"]
+        # (as the Triton plan decides it: LayerNorm backward's column sums, deciding
+        # by every load, walked x down its columns: bf16 [2048, 1024], one thread, 85 ms)
+        walks = layout_deciding(loads, xl)
         in_r = sum(_stride(i, R) == 1 for i in walks)
         in_x = sum(_stride(i, xl) == 1 for i in walks)
         return min(X_BLOCK, self.nest[-1]) if in_x > in_r else 0
+
+    def _inner_x(self) -> sympy.Symbol:
+        """The innermost x loop's variable: the lanes of a blocked reduction."""
+        return symbol(f"x{len(self.nest) - 1}")
 
     def _lanes_open(self, body, indent, define_x: bool = True) -> str:
         """A vectorized loop over the block's lanes, defining the innermost x."""
@@ -808,7 +810,7 @@ class CppKernel:
             inner = indent + "    "
             if self.block:  # what a step r0 needs alike for every lane: once per step
                 row_cse = dict(row_cse)
-                self._hoist(members, row_cse, body, inner, (symbol(f"x{len(self.nest) - 1}"),))
+                self._hoist(members, row_cse, body, inner, (self._inner_x(),))
                 inner = self._lanes_open(body, inner)
             self._loop_body(members, accs, lane, body, inner, row_cse, loop)
             if self.block:

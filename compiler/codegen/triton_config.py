@@ -23,7 +23,7 @@ import torch
 from ..config import config
 from ..index import FloorDiv, ModularIndexing, simplify_with_ranges, symbol
 from ..runtime.triton_build import interpreting
-from ..scheduler import REDUCTIONS_THAT_SPLIT, R, X, FusedKernel
+from ..scheduler import REDUCTIONS_THAT_SPLIT, R, X, FusedKernel, layout_deciding
 
 SM_COUNT = 132  # H100 / H200
 AUTOTUNE_MIN_ELEMENTS = 1 << 22  # smaller kernels run their first guess
@@ -303,15 +303,9 @@ def row_stride(kernel: FusedKernel, indices: list | None) -> int | None:
 
 
 def reduces_contiguous(kernel: FusedKernel) -> bool:
-    """True when the reduced dim is the contiguous one in most loads that walk
-    both x and r (a full-size input); loads along r alone (a weight, a row's
-    statistics) vote only when there are none: four per-row vectors read r
-    contiguously, and they outvoted the one [8192, 4096] input of a LayerNorm
-    backward's column sums, which then walked it transposed (H200: 703 us, against
-    129 as an outer reduction)."""
-    indices = [sympy.expand(e.args[1]) for e in external_loads(kernel)]
-    along_r = [i for i in indices if R in i.free_symbols]
-    walks = [i for i in along_r if X in i.free_symbols] or along_r
+    """True when the reduced dim is the contiguous one in most of the loads that
+    decide the layout (scheduler.layout_deciding)."""
+    walks = layout_deciding([sympy.expand(e.args[1]) for e in external_loads(kernel)])
     return sum(1 if i.coeff(R) == 1 else -1 for i in walks) >= 0
 
 

@@ -252,8 +252,9 @@ def test_products_are_rounded_before_they_cancel(check_compiled):
     assert cap.kernels
 
 
-def _assembly(source: str, tmp_path) -> str:
-    """`source` compiled by g++ with the kernels' own flags, as assembly."""
+def _gxx(source: str, tmp_path, *options: str):
+    """g++ run on `source` with the kernels' own flags and `options`, building
+    tmp_path/kernel.s (its messages are in the result's stderr)."""
     import subprocess
 
     from compiler.runtime import cpp_build
@@ -261,7 +262,13 @@ def _assembly(source: str, tmp_path) -> str:
     src = tmp_path / "kernel.cpp"
     src.write_text(source)
     flags = [f for f in cpp_build.FLAGS if f not in ("-shared", "-fPIC")]
-    subprocess.run(["g++", *flags, "-S", str(src), "-o", str(tmp_path / "kernel.s")], check=True)
+    return subprocess.run(["g++", *flags, *options, "-S", str(src), "-o", str(tmp_path / "kernel.s")],
+                          check=True, capture_output=True, text=True)
+
+
+def _assembly(source: str, tmp_path) -> str:
+    """`source` compiled by g++ with the kernels' own flags, as assembly."""
+    _gxx(source, tmp_path)
     return (tmp_path / "kernel.s").read_text()
 
 
@@ -328,15 +335,7 @@ def _loop_bodies(src: str, head: str) -> str:
 
 def _vectorized_lines(source: str, tmp_path) -> set:
     """Lines of `source` whose loops g++ vectorized, built with the kernels' own flags."""
-    import subprocess
-
-    from compiler.runtime import cpp_build
-
-    src = tmp_path / "kernel.cpp"
-    src.write_text(source)
-    flags = [f for f in cpp_build.FLAGS if f not in ("-shared", "-fPIC")]
-    done = subprocess.run(["g++", *flags, "-fopt-info-vec-optimized", "-S", str(src), "-o", str(tmp_path / "kernel.s")],
-                          check=True, capture_output=True, text=True)
+    done = _gxx(source, tmp_path, "-fopt-info-vec-optimized")
     return {int(m.group(1)) for m in re.finditer(r"kernel\.cpp:(\d+):\d+: optimized: loop vectorized", done.stderr)}
 
 
