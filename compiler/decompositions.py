@@ -48,7 +48,6 @@ _EXTRA = [
     aten.clamp_max,
     aten.linalg_vector_norm,
     aten.repeat,
-    aten.slice_scatter,
     aten.diagonal,
 ]
 

@@ -9,6 +9,7 @@ Every FX value lowers to a `TensorValue`:
 """
 from __future__ import annotations
 
+import math
 import operator
 from typing import Callable, Sequence
 
@@ -148,6 +149,19 @@ class GraphLowering:
         value.realized = view
         return view
 
+    def view_of_realized(self, a: "Lazy") -> View | None:
+        """A view (permute, slice...) of a computed value that is in memory anyway (or
+        that it covers whole): a strided window on that buffer, not a copy."""
+        base = getattr(a, "view_of", None)
+        if base is None:
+            return None
+        root, stride, offset = base
+        contiguous = contiguous_strides(root.size)
+        done = root.realized is not None and root.realized.stride == contiguous
+        if not done and math.prod(a.size) < math.prod(root.size):
+            return None
+        return View(self.realize(root, contiguous).buffer, a.size, stride, offset)
+
     def ops_of(self, origins) -> tuple[str, ...]:
         return tuple(self.op_of.get(o, o) for o in origins)
 
@@ -225,8 +239,8 @@ class GraphLowering:
         for a in node.all_input_nodes:
             v = self.env.get(a)
             if isinstance(v, Lazy) and v.realized is None and len(a.users) > 1:
-                if v.count_loads() >= self.REALIZE_READS:
-                    self.env[a] = self.realize(v)
+                if v.count_loads() >= self.REALIZE_READS:  # a reshape: its root stored once
+                    self.env[a] = self._root_view(v, contiguous_strides(v.size)) or self.realize(v)
 
     def _outputs(self, node):
         outs = node.args[0]
@@ -248,8 +262,19 @@ class GraphLowering:
         v = self.env[node]
         if isinstance(v, Lazy):
             val = node.meta.get("val")
-            v = self.realize(v, tuple(val.stride()) if _dense(val) else None)
+            stride = tuple(val.stride()) if _dense(val) else None
+            v = self._root_view(v, stride) or self.realize(v, stride)
         return v
+
+    def _root_view(self, v: Lazy, stride: Sequence[int] | None) -> View | None:
+        """A view of a computed value, as a window on its root's buffer where it lies
+        there with `stride` (None: any) and the root is stored anyway or is all of
+        it: one store serves both (a matmul's input, reshaped for the matmul and
+        returned for the backward, was written twice)."""
+        base = getattr(v, "view_of", None)
+        if base is None or (stride is not None and tuple(base[1]) != tuple(stride)):
+            return None
+        return self.view_of_realized(v)
 
     # -- reporting -----------------------------------------------------------
     def ir_text(self) -> str:

@@ -2,8 +2,6 @@
 and the fallback for every op we do not lower."""
 from __future__ import annotations
 
-import math
-
 import torch
 
 from .. import ir
@@ -20,7 +18,7 @@ def _to_ref(g, a, fx=None):
     stride their outputs like their inputs, and we read those outputs with the
     strides the graph recorded."""
     if isinstance(a, Lazy):
-        view = _view_of_realized(g, a)
+        view = g.view_of_realized(a)
         if view is not None:
             return view.ref()
         val = fx.meta.get("val") if isinstance(fx, torch.fx.Node) else None
@@ -32,20 +30,6 @@ def _to_ref(g, a, fx=None):
         fxs = fx if isinstance(fx, (list, tuple)) and len(fx) == len(a) else [None] * len(a)
         return type(a)(_to_ref(g, x, f) for x, f in zip(a, fxs))
     return a
-
-
-def _view_of_realized(g, a: Lazy):
-    """A view (permute, slice...) of a computed value that is in memory anyway (or
-    that it covers whole): a strided window on that buffer, not a copy."""
-    base = getattr(a, "view_of", None)
-    if base is None:
-        return None
-    root, stride, offset = base
-    contiguous = contiguous_strides(root.size)
-    done = root.realized is not None and root.realized.stride == contiguous
-    if not done and math.prod(a.size) < math.prod(root.size):
-        return None
-    return View(g.realize(root, contiguous).buffer, a.size, stride, offset)
 
 
 def call_aten(g, node, args, kwargs, kind, reason="", target=None, fx_args=None):
