@@ -97,6 +97,58 @@ class MixedModel(nn.Module):
         return torch.sigmoid(self.linear2(F.gelu(x)))
 
 
+class GPT2Block(nn.Module):
+    """A GPT-2 transformer layer: LayerNorm, causal attention (SDPA), tanh-GELU MLP."""
+
+    def __init__(self, dim=1024, heads=16):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc, self.out = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+                   for t in self.qkv(self.ln1(x)).split(C, dim=2))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+def rms_norm(x, w):
+    """LLaMA's RMSNorm, computed in float32."""
+    h = x.float()
+    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
+
+
+def rope(x, cos, sin):
+    """Rotary position embedding, rotate-half form."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+
+
+class LlamaBlock(nn.Module):
+    """A LLaMA transformer layer: RMSNorm, rotary causal attention (SDPA), SwiGLU MLP."""
+
+    def __init__(self, dim=2048, heads=16, hidden=5632):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.Parameter(torch.ones(dim)), nn.Parameter(torch.ones(dim))
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+        self.w1, self.w3 = nn.Linear(dim, hidden, bias=False), nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, C = x.shape
+        h = rms_norm(x, self.norm1)
+        q, k, v = (w(h).view(B, T, self.heads, C // self.heads).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        y = F.scaled_dot_product_attention(rope(q, cos, sin), rope(k, cos, sin), v, is_causal=True)
+        x = x + self.wo(y.transpose(1, 2).reshape(B, T, C))
+        h = rms_norm(x, self.norm2)
+        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
 def toy_example(a, b):
     x = a / (torch.abs(a) + 1)
     if b.sum() < 0:
@@ -193,9 +245,10 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
     def rnd(*shape, dtype=torch.bfloat16, grad=False):
         return torch.randn(*shape, device=device, dtype=dtype, requires_grad=grad)
 
-    def train(loss_of, *args):
-        """A step that zeroes the leaves' gradients, backpropagates loss_of(*args) and returns it."""
-        leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    def train(loss_of, *args, params=()):
+        """A step that zeroes the leaves' gradients (and `params`'), backpropagates
+        loss_of(*args) and returns it."""
+        leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad] + list(params)
 
         def step(*a):
             for x in leaves:
@@ -208,15 +261,6 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
 
     def ids(n, high):
         return torch.randint(0, high, (n,), device=device)
-
-    def rope(x, cos, sin):
-        half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), -1)
-        return x * cos + rotated * sin
-
-    def llama_rms_norm(x, w):
-        h = x.float()
-        return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
 
     def adam_like(p, g, m, v):
         m = 0.9 * m + 0.1 * g
@@ -238,7 +282,7 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
             rope, (rnd(8, 32, s(2048), 128), rnd(s(2048), 128), rnd(s(2048), 128)))),
         Workload("causal_softmax [8,16,1024,1024] bf16", lambda: (
             lambda a: (a * 0.125).masked_fill(causal, float("-inf")).softmax(-1), (rnd(s(8), 16, 1024, 1024),))),
-        Workload("llama_rms_norm [8192,4096] bf16", lambda: (llama_rms_norm, (rnd(R, C), rnd(C)))),
+        Workload("llama_rms_norm [8192,4096] bf16", lambda: (rms_norm, (rnd(R, C), rnd(C)))),
         Workload("layer_norm fwd+bwd [8192,4096] bf16", lambda: (lambda m: train(
             lambda x: m(x).float().pow(2).mean(), rnd(R, C, grad=True)))(ln()), memory_bound=False, train=True),
         Workload("softmax fwd+bwd [8192,4096] fp32", lambda: train(
@@ -255,6 +299,13 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
         Workload("mean(1) [64,4096,1024] bf16", lambda: (lambda x: x.mean(1), (rnd(s(64), 4096, 1024),))),
         Workload("embedding_layer_norm [8192]x4096 bf16", lambda: (lambda e, n: (
             lambda i: n(e(i)), (ids(R, V),)))(emb(), ln()), memory_bound=False),
+        Workload("gpt2_block fwd+bwd [8,1024,1024] bf16", lambda: (lambda m: train(
+            lambda x: m(x).float().pow(2).mean(), rnd(s(8), s(1024), 1024), params=m.parameters()))(
+            GPT2Block().to(device, torch.bfloat16)), memory_bound=False, train=True),
+        Workload("llama_block fwd+bwd [4,2048,2048] bf16", lambda: (lambda m: train(
+            lambda x, cos, sin: m(x, cos, sin).float().pow(2).mean(), rnd(s(4), s(2048), 2048),
+            rnd(s(2048), 128), rnd(s(2048), 128), params=m.parameters()))(
+            LlamaBlock().to(device, torch.bfloat16)), memory_bound=False, train=True),
     ]
 
 
