@@ -11,7 +11,7 @@ import torch
 from .. import ir
 from ..graph import Lazy, View
 from ..index import FloorDiv, ModularIndexing, contiguous_strides, linear_index, unflatten
-from .registry import Unsupported, is_tensor, origins_of, out_val, register, upcast
+from .registry import Unsupported, is_tensor, make_pointwise, origins_of, out_val, register, upcast
 
 aten = torch.ops.aten
 
@@ -288,8 +288,8 @@ def slice_scatter(g, node, x, src, dim=0, start=None, end=None, step=1):
     size = tuple(val.shape)
     dim = dim % len(size)
     count = src.size[dim]
-    if count == 0 or math.prod(src.size) == 0:
-        return x
+    if count == 0 or math.prod(src.size) == 0:  # a copy of x, not x: outputs must not alias inputs
+        return make_pointwise(g, node, lambda v: v, [x], compute_dtype=x.dtype)
     n = size[dim]
     start = 0 if start is None else start + n if start < 0 else start
     start = min(max(start, 0), n)

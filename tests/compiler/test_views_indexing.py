@@ -183,6 +183,7 @@ def test_slice_scatter_is_one_pointwise_kernel(check_compiled, dtype):
         "end past the size": lambda x, y, z: x.slice_scatter(y, 1, 9, 100),
         "dim -1, a strided src": lambda x, y, z: x.slice_scatter(z[..., :2], -1, 5, 7),
         "empty src": lambda x, y, z: x.slice_scatter(y[:, :0], 1, 4, 4) - z,
+        "empty src, returned": lambda x, y, z: x.slice_scatter(y[:, :0], 1, 4, 4),
         "slice_backward of a computed gradient": lambda x, y, z: torch.ops.aten.slice_backward(y * 2, [5, 13, 7], 1, 4, 12, 2) + z,
         "in-place slice assignment": assign,
     }
