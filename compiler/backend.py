@@ -35,7 +35,23 @@ def _partition(joint: torch.fx.GraphModule, *args, **kwargs):
         for node in joint.graph.find_nodes(op="call_function", target=target):
             if node.args[0].op == "call_function" and _compared(node.args[0]):
                 node.args[0].meta["recompute"] = CheckpointPolicy.MUST_SAVE
+    for node in _constant_indices(joint):
+        node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
     return min_cut_rematerialization_partition(joint, *args, **kwargs)
+
+
+def _constant_indices(joint: torch.fx.GraphModule) -> list:
+    """Integer and bool tensors computed from no input and no random op (the indices
+    nearest upsampling reads at, a causal mask): recomputed in the backward rather
+    than saved, where lowerings can read their values (lowerings/indexing.py)."""
+    constant: set = set()
+    for node in joint.graph.nodes:
+        if node.op != "call_function" or torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
+            continue
+        if all(a in constant for a in node.all_input_nodes):
+            constant.add(node)
+    return [n for n in constant if isinstance(v := n.meta.get("val"), torch.Tensor)
+            and not v.dtype.is_floating_point and not v.dtype.is_complex]
 
 
 def _compared(node: torch.fx.Node) -> bool:

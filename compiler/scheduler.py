@@ -24,7 +24,7 @@ import sympy
 
 from . import ir
 from .config import config
-from .index import fold_divmod, loop_vars, merge_loops, simplify, symbol
+from .index import fold_divmod, loop_vars, merge_loops, simplify, substitute, symbol
 
 
 @dataclasses.dataclass(eq=False)
@@ -35,18 +35,13 @@ class Node:
     value: ir.Expr  # in variables i* (outer) and r* (reduction)
     store_index: sympy.Expr  # in variables i*
     reads: dict  # buffer name -> list of index exprs (None: indirect, any element)
-    # the buffer's original loop variables as expressions of the merged ones
-    iexprs: list = dataclasses.field(default_factory=list)
-    rexprs: list = dataclasses.field(default_factory=list)
 
     def evaluate(self, ivars, rvars, ranges: dict):
-        """The body with the merged loops' variables bound to `ivars`/`rvars`
-        (expressions of variables that run over `ranges`)."""
+        """(value, store index) with the merged loops' variables bound to
+        `ivars`/`rvars` (expressions of variables that run over `ranges`)."""
         sub = dict(zip(loop_vars("i", len(self.sizes)), ivars))
         sub.update(zip(loop_vars("r", len(self.rsizes)), rvars))
-        iv = [sympy.sympify(e).xreplace(sub) for e in self.iexprs]
-        rv = [sympy.sympify(e).xreplace(sub) for e in self.rexprs]
-        return _evaluate(self.buffer, iv, rv, ranges)
+        return _substituted(self.value, self.store_index, sub, ranges)
 
     @property
     def name(self):
@@ -177,11 +172,19 @@ def make_node(buf: ir.ComputedBuffer) -> Node:
     indices = [store] + _all_indices(value)
     sizes, sub_i = merge_loops(list(buf.ranges), indices, iv)
     rsizes, sub_r = merge_loops(list(buf.reduction_ranges), indices, rv)
-    new_iv = [sub_i[v] for v in iv]
-    new_rv = [sub_r[v] for v in rv]
     merged = {**dict(zip(loop_vars("i", len(sizes)), sizes)), **dict(zip(loop_vars("r", len(rsizes)), rsizes))}
-    value, store = _evaluate(buf, new_iv, new_rv, merged)
-    return Node(buf, sizes, rsizes, value, store, _reads(value), new_iv, new_rv)
+    # the merge holds for the indices as the original ranges simplified them: map
+    # those (here and in Node.evaluate). Evaluated again at the merged variables, the
+    # body would lose what those ranges removed (nearest upsampling's backward reads
+    # (2 * i + r) // 2 = i for a window offset r < 2; merged with the next offset
+    # into r < 4, it read i + r // 2)
+    value, store = _substituted(value, store, {**sub_i, **sub_r}, merged)
+    return Node(buf, sizes, rsizes, value, store, _reads(value))
+
+
+def _substituted(value: ir.Expr, store: sympy.Expr, sub: dict, ranges: dict):
+    """(value, store index) with loop variables replaced by `sub`, simplified with `ranges`."""
+    return ir.map_indices(value, lambda e: simplify(substitute(e, sub), ranges)), simplify(substitute(store, sub), ranges)
 
 
 def _evaluate(buf: ir.ComputedBuffer, iv, rv, ranges: dict):

@@ -1,16 +1,18 @@
 """Reads through an index tensor (gather, advanced indexing, embedding), scatters
-(a reduction over the index dim) and writes back into graph inputs
-(functionalized in-place ops)."""
+(a reduction over the index dim; nearest upsampling's backward, a sum over
+windows) and writes back into graph inputs (functionalized in-place ops)."""
 from __future__ import annotations
 
 import math
 
 import sympy
 import torch
+import torch.fx
+from torch.utils._python_dispatch import _disable_current_modes
 
 from .. import ir
 from ..graph import Lazy, View
-from ..index import linear_index, loop_vars, symbol
+from ..index import FloorDiv, linear_index, loop_vars, symbol
 from . import reduction
 from .registry import Unsupported, broadcast_load, is_tensor, make_pointwise, origins_of, out_val, register, upcast
 
@@ -29,10 +31,19 @@ def _indirect(g, value: ir.Expr, size: int):
 @register(aten.index.Tensor)
 def index(g, node, x, indices):
     val = out_val(node)
-    x = _source(g, x, val)
     positions = [k for k, t in enumerate(indices) if t is not None]
     if not positions:
         raise Unsupported("index with no index tensors")
+    ks = _window_pattern(node.args[1], positions, x)
+    if ks is not None:  # nearest upsampling: position o reads o // k, a direct read
+        def direct(out_idx):
+            full = list(out_idx)
+            for d, k in zip(positions, ks):
+                full[d] = FloorDiv(out_idx[d], k)
+            return x.load(full)
+
+        return Lazy(tuple(val.shape), val.dtype, direct, origins_of(g, node, x))
+    x = _source(g, x, val)
     idx_tensors = [indices[k] for k in positions]
     if any(t.dtype == torch.bool for t in idx_tensors):
         raise Unsupported("boolean mask indexing has a data-dependent shape")
@@ -152,6 +163,91 @@ def _scatter_hits(g, node, x, dim, index, src, rtype):
 
     pairs = Lazy(x.size + (index.size[dim],), cdt, body, origins_of(g, node, index, *([src] if src is not None else [])))
     return reduction.reduce(g, node, pairs, [x.ndim], rtype, out_dtype=cdt, out_size=x.size)
+
+
+# index tensors are vectors along one dim: larger constants are not evaluated
+CONSTANT_MAX_ELEMENTS = 1 << 16
+
+
+def constant_value(node) -> torch.Tensor:
+    """The value of an FX node computed from no input and no random op (an index
+    built from aranges), evaluated on the CPU; Unsupported otherwise."""
+    if not isinstance(node, torch.fx.Node):
+        return node
+    if node.op != "call_function" or torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
+        raise Unsupported(f"{node.name} is not a constant")
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor) and val.numel() > CONSTANT_MAX_ELEMENTS:
+        raise Unsupported(f"{node.name} is too big to evaluate while compiling")
+    if "constant_value" not in node.meta:
+        args = torch.fx.map_arg(node.args, constant_value)
+        kwargs = torch.fx.map_arg(node.kwargs, constant_value)
+        if "device" in kwargs:
+            kwargs = dict(kwargs, device=torch.device("cpu"))
+        node.meta["constant_value"] = node.target(*args, **kwargs)
+    return node.meta["constant_value"]
+
+
+def _window_pattern(index_nodes, positions: list, x) -> list[int] | None:
+    """k per indexed dim when the index tensors at `positions` (adjacent) are
+    constants reading output position o at o // k of x, each along its own dim of
+    the broadcast shape, in order, with as many output positions as k times x's
+    (nearest upsampling by whole factors, as torch._decomp computes it); else None."""
+    if positions != list(range(positions[0], positions[-1] + 1)):
+        return None
+    with _disable_current_modes():  # real tensors, also while AOTAutograd traces with fake ones
+        return _window_factors([index_nodes[k] for k in positions], [x.size[d] for d in positions])
+
+
+def _window_factors(index_nodes: list, sizes: list) -> list[int] | None:
+    try:
+        values = [constant_value(n) for n in index_nodes]
+    except Unsupported:
+        return None
+    if any(not isinstance(v, torch.Tensor) or v.dtype.is_floating_point or v.dtype == torch.bool for v in values):
+        return None
+    shape = torch.broadcast_shapes(*[v.shape for v in values])
+    if len(shape) != len(values):
+        return None
+    ks = []
+    for j, (v, size) in enumerate(zip(values, sizes)):
+        expected = [1] * len(shape)
+        expected[j] = shape[j]
+        if list(v.shape) != expected[len(shape) - v.ndim:] or size == 0 or shape[j] % size:
+            return None
+        k = shape[j] // size
+        if not torch.equal(v.reshape(-1).long(), torch.arange(shape[j]) // k):
+            return None
+        ks.append(k)
+    return ks
+
+
+@register(aten.index_put.default, aten._unsafe_index_put.default)
+def index_put(g, node, x, indices, values, accumulate=False):
+    """With accumulate, at nearest upsampling's indices (its backward, once the
+    partition recomputes those indices: backend._constant_indices): each element
+    of x gains the sum of its k-wide window of values, a reduction that fuses
+    (ATen's scatter-add ran it: CPU, one thread, [8, 64, 64, 64] upsampled x2,
+    forward and backward, 110 ms). Other index_puts decline."""
+    positions = [k for k, t in enumerate(indices) if t is not None]
+    ks = _window_pattern(node.args[1], positions, x) if accumulate and positions else None
+    if ks is None:
+        raise Unsupported("index_put other than nearest upsampling's backward")
+    if list(values.size) != [s * ks[positions.index(d)] if d in positions else s for d, s in enumerate(x.size)]:
+        raise Unsupported("index_put values that do not cover the windows")
+    val = out_val(node)
+    size = tuple(x.size) + tuple(ks)  # [x's dims, window offsets]
+
+    def windows(idx):
+        full = list(idx[:x.ndim])
+        for j, d in enumerate(positions):
+            full[d] = idx[d] * ks[j] + idx[x.ndim + j]
+        return values.load(full)
+
+    origins = origins_of(g, node, x, values)
+    summed = reduction.reduce(g, node, Lazy(size, values.dtype, windows, origins), list(range(x.ndim, len(size))), "sum")
+    cdt = upcast(val.dtype)
+    return make_pointwise(g, node, lambda a, b: ir.op("add", a, b, dtype=cdt), [x, summed], compute_dtype=cdt)
 
 
 @register(aten.copy_.default)

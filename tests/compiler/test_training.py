@@ -344,3 +344,38 @@ def test_conv_batch_norm_training_grads_and_running_stats():
     torch.testing.assert_close(model[1].running_var, ref[1].running_var, **TOL)
     assert any("convolution_backward" in e.op for e in cap.externs)
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+
+
+@pytest.mark.parametrize("shape,scale", [((2, 3, 7), 3), ((2, 3, 5, 7), 2), ((2, 3, 5, 7), (4, 1)),
+                                         ((1, 2, 3, 4, 5), (2, 3, 1))], ids=["1d x3", "2d x2", "2d (4,1)", "3d (2,3,1)"])
+def test_nearest_upsampling_and_its_backward_fuse(target, shape, scale):
+    """F.interpolate(mode="nearest") by whole factors reads output position o at
+    o // k: the forward is a direct read that fuses into its consumer, and the
+    backward (index_put with accumulate at those indices, recomputed from aranges
+    in the backward) a sum over each input position's window, one kernel with the
+    gradient it sums. Before, ATen ran the backward as a scatter-add. A size that
+    is no whole multiple (12 from 8) still matches eager, through ATen."""
+    torch.manual_seed(6)
+    device = "cuda" if target == "cuda" else "cpu"
+    x = torch.randn(shape, device=device, requires_grad=True)
+
+    def step(x):
+        x.grad = None
+        loss = (F.interpolate(x, scale_factor=scale, mode="nearest").sin() * 3).sum()
+        loss.backward()
+        return loss, x.grad
+
+    with compiler.config.patch(cpu_target="triton" if target == "triton" else "cpp"), compiler.capture() as cap:
+        loss, grad = torch.compile(step, backend="fusion")(x)
+    ref_loss, ref_grad = step(x)
+    torch.testing.assert_close(loss, ref_loss, **TOL)
+    torch.testing.assert_close(grad, ref_grad, **TOL)
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    assert [len(g.kernels) for g in cap.graphs] == [1, 1], [[k.name for k in g.kernels] for g in cap.graphs]
+
+    torch._dynamo.reset()
+    y = torch.randn(2, 3, 8, 8, device=device, requires_grad=True)
+    out = torch.compile(lambda y: F.interpolate(y, size=(12, 12), mode="nearest"), backend="fusion")(y)
+    out.sum().backward()
+    ref_grad = torch.autograd.grad(F.interpolate(y, size=(12, 12), mode="nearest").sum(), y)[0]
+    torch.testing.assert_close(y.grad, ref_grad, **TOL)
