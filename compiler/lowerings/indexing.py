@@ -169,7 +169,7 @@ def _scatter_hits(g, node, x, dim, index, src, rtype):
 CONSTANT_MAX_ELEMENTS = 1 << 16
 
 
-def constant_value(node) -> torch.Tensor:
+def _constant_value(node) -> torch.Tensor:
     """The value of an FX node computed from no input and no random op (an index
     built from aranges), evaluated on the CPU; Unsupported otherwise."""
     if not isinstance(node, torch.fx.Node):
@@ -180,8 +180,8 @@ def constant_value(node) -> torch.Tensor:
     if isinstance(val, torch.Tensor) and val.numel() > CONSTANT_MAX_ELEMENTS:
         raise Unsupported(f"{node.name} is too big to evaluate while compiling")
     if "constant_value" not in node.meta:
-        args = torch.fx.map_arg(node.args, constant_value)
-        kwargs = torch.fx.map_arg(node.kwargs, constant_value)
+        args = torch.fx.map_arg(node.args, _constant_value)
+        kwargs = torch.fx.map_arg(node.kwargs, _constant_value)
         if "device" in kwargs:
             kwargs = dict(kwargs, device=torch.device("cpu"))
         node.meta["constant_value"] = node.target(*args, **kwargs)
@@ -201,7 +201,7 @@ def _window_pattern(index_nodes, positions: list, x) -> list[int] | None:
 
 def _window_factors(index_nodes: list, sizes: list) -> list[int] | None:
     try:
-        values = [constant_value(n) for n in index_nodes]
+        values = [_constant_value(n) for n in index_nodes]
     except Unsupported:
         return None
     if any(not isinstance(v, torch.Tensor) or v.dtype.is_floating_point or v.dtype == torch.bool for v in values):
