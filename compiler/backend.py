@@ -11,6 +11,7 @@ from torch._dynamo.backends.common import aot_autograd
 from .compile_fx import compile_graph, has_symbolic_sizes, run_uncompiled
 from .config import config
 from .decompositions import decomposition_table
+from .graph import replayable
 
 aten = torch.ops.aten
 
@@ -46,9 +47,7 @@ def _constant_indices(joint: torch.fx.GraphModule) -> list:
     than saved, where lowerings can read their values (lowerings/indexing.py)."""
     constant: set = set()
     for node in joint.graph.nodes:
-        if node.op != "call_function" or torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
-            continue
-        if all(a in constant for a in node.all_input_nodes):
+        if replayable(node) and all(a in constant for a in node.all_input_nodes):
             constant.add(node)
     return [n for n in constant if isinstance(v := n.meta.get("val"), torch.Tensor)
             and not v.dtype.is_floating_point and not v.dtype.is_complex]

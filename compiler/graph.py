@@ -286,6 +286,12 @@ def _dense(val) -> bool:
     return isinstance(val, torch.Tensor) and val.numel() > 0 and is_dense(val.shape, val.stride())
 
 
+def replayable(node: torch.fx.Node) -> bool:
+    """An FX call that gives the same value each time it runs (not a random op):
+    one whose inputs are all such calls can be recomputed, or evaluated ahead."""
+    return node.op == "call_function" and torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ())
+
+
 def _op_name(target) -> str:
     name = getattr(target, "__name__", str(target))
     if hasattr(target, "overloadpacket"):

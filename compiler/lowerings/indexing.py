@@ -11,7 +11,7 @@ import torch.fx
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .. import ir
-from ..graph import Lazy, View
+from ..graph import Lazy, View, replayable
 from ..index import FloorDiv, linear_index, loop_vars, symbol
 from . import reduction
 from .registry import Unsupported, broadcast_load, is_tensor, make_pointwise, origins_of, out_val, register, upcast
@@ -174,7 +174,7 @@ def _constant_value(node) -> torch.Tensor:
     built from aranges), evaluated on the CPU; Unsupported otherwise."""
     if not isinstance(node, torch.fx.Node):
         return node
-    if node.op != "call_function" or torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
+    if not replayable(node):
         raise Unsupported(f"{node.name} is not a constant")
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor) and val.numel() > CONSTANT_MAX_ELEMENTS:
