@@ -162,6 +162,30 @@ def test_bias_gradient_reads_the_stored_activation_gradient():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(67, 136), (2, 3, 4104), (67, 131)])
+def test_a_stored_value_and_its_row_sums_are_one_kernel(check_on_every_target, target, dtype, shape):
+    """A value that a matmul reads is stored; its sums along the contiguous dim
+    join its kernel, in that kernel's loop over each row, with sizes off every
+    block; in Triton only where rows start on 16 bytes. Its column sums (a bias
+    gradient) read it back, in another kernel (see scheduler._absorbs_well)."""
+    torch.manual_seed(7)
+    g, pre = (torch.randn(shape, dtype=dtype) for _ in range(2))
+    w = torch.randn(shape[-1], 5, dtype=dtype)
+
+    def fn(g, pre, w, dim):
+        y = g * torch.sigmoid(pre)
+        return y @ w, y.sum(dim), y.amax(dim)
+
+    cap = check_on_every_target(lambda g, pre, w: fn(g, pre, w, -1), g, pre, w)
+    absorbed = target == "cpp" or shape[-1] * dtype.itemsize % 16 == 0
+    expected = ["reduction"] if absorbed else ["pointwise", "reduction"]
+    assert [k.kind for k in cap.kernels] == expected, [k.name for k in cap.kernels]
+    cap = check_on_every_target(lambda g, pre, w: fn(g, pre, w, 0), g, pre, w)
+    assert [k.kind for k in cap.kernels] == ["pointwise", "reduction"], [k.name for k in cap.kernels]
+    assert not cap.fallbacks
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cross_entropy_backward_is_one_kernel(dtype):
     """nll_loss's backward scatters one index per row onto zeros: a pointwise
     compare with the column index, which fuses into log_softmax's backward, not a
