@@ -276,6 +276,8 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
             F.cross_entropy, (rnd(s(4096), V), ids(s(4096), V)))),
         Workload("cross_entropy fwd+bwd [4096,32000] bf16", lambda: train(
             F.cross_entropy, rnd(s(4096), V, grad=True), ids(s(4096), V)), memory_bound=False, train=True),
+        Workload("cross_entropy fwd+bwd [4096,50257] bf16", lambda: train(
+            F.cross_entropy, rnd(s(4096), 50257, grad=True), ids(s(4096), 50257)), memory_bound=False, train=True),
         Workload("swiglu [8192,11008] bf16", lambda: (
             lambda a, b: F.silu(a) * b, (rnd(R, 11008), rnd(R, 11008)))),
         Workload("rope [8,32,2048,128] bf16", lambda: (

@@ -287,10 +287,8 @@ def _row_indices(kernel: FusedKernel) -> list | None:
 
 def row_stride(kernel: FusedKernel, indices: list | None) -> int | None:
     """S when the kernel walks rows of S elements: every access along r (`indices`;
-    None: one is indirect) is r0 + S * x0, and no value depends on r0 itself (an
-    iota along r). Else None."""
-    if any(R in e.args[0].free_symbols for m in kernel.members for e in m.value.walk() if e.op == "index"):
-        return None
+    None: one is indirect) is r0 + S * x0. Else None. (A value of r0 itself, an
+    iota along r, is the position in the row either way.)"""
     strides = set()
     for idx in indices or ():
         stride = idx.coeff(X)

@@ -654,6 +654,10 @@ def test_misaligned_rows_are_read_from_their_16_byte_boundary(n, dtype):
     # ties, where the first position wins
     for fn in (lambda x: (x.argmax(-1), x.argmin(-1)), lambda x: (x.round().argmax(-1), x.round().argmin(1))):
         assert ("rindex + rrow" in check(fn, x).kernels[0].source) == (n != 4100)
+    # so does a value of the position itself (an iota along r: cross entropy's
+    # one-hot in its backward)
+    picked = lambda x: torch.where(torch.arange(n) % 7 == 3, x, -2 * x).softmax(-1)
+    assert ("rindex + rrow" in check(picked, x).kernels[0].source) == (n != 4100)
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device: the candidate configurations are a GPU's")
