@@ -163,6 +163,9 @@ class ComputedBuffer(Buffer):
     kind 'pointwise': value(index) over `ranges` (= size).
     kind 'reduction': reduce value(index, rindex) over `reduction_ranges` for
     every point of `ranges`; the result is stored at `out_index(index)`.
+    kind 'scan': the running reduction of value(index, rindex) along the one dim
+    of `reduction_ranges` (cumsum, cumprod), stored for every (index, rindex) at
+    `out_index(index, rindex)`.
     """
 
     kind: str = "pointwise"
@@ -183,6 +186,10 @@ class ComputedBuffer(Buffer):
     def is_reduction(self) -> bool:
         return self.kind == "reduction"
 
+    @property
+    def is_scan(self) -> bool:
+        return self.kind == "scan"
+
     def reads_back(self, held: "ComputedBuffer") -> None:
         """This buffer loads `held` rather than recomputing it: the ATen nodes
         that `held` computes are not part of this buffer any more."""
@@ -195,7 +202,7 @@ class ComputedBuffer(Buffer):
         """The body at these loop variables, as this buffer computes it: values
         that earlier buffers hold are read back from them (see `reader`)."""
         with reading_as(self):
-            return self.body(index, rindex) if self.is_reduction else self.body(index)
+            return self.body(index, rindex) if self.kind in ("reduction", "scan") else self.body(index)
 
     @property
     def storage_name(self) -> str:
@@ -268,10 +275,10 @@ def describe_buffer(buf: Buffer) -> str:
         ridx = loop_vars("r", len(buf.reduction_ranges))
         ranges = {**dict(zip(idx, buf.ranges)), **dict(zip(ridx, buf.reduction_ranges))}
         target = f" -> {buf.store_target.name}" if buf.store_target is not None else ""
-        if buf.is_reduction:
+        if buf.kind in ("reduction", "scan"):
             body = map_indices(buf.evaluate(idx, ridx), lambda e: simplify(e, ranges))
             return (
-                f"{buf.name} = reduction {shape}{target} {buf.reduction_type} over "
+                f"{buf.name} = {buf.kind} {shape}{target} {buf.reduction_type} over "
                 f"{list(buf.reduction_ranges)} for {list(buf.ranges)}: {body!r}"
             )
         body = map_indices(buf.evaluate(idx), lambda e: simplify(e, ranges))

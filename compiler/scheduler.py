@@ -59,13 +59,17 @@ class Node:
     def is_reduction(self):
         return self.buffer.is_reduction
 
+    @property
+    def is_scan(self):
+        return self.buffer.is_scan
+
 
 @dataclasses.dataclass(eq=False)
 class Member:
     """A node placed in a kernel, with its variables expressed in the kernel's."""
 
     node: Node
-    role: str  # "reduction" | "full" | "row"
+    role: str  # "reduction" | "full" | "row" | "scan"
     value: ir.Expr  # in kernel variables x0 (outer) and r0 (reduction)
     store_index: sympy.Expr  # in x0 (and r0 for full members)
     reads: dict  # name -> [index in kernel variables]
@@ -89,6 +93,10 @@ class FusedKernel:
     @property
     def is_reduction(self):
         return self.rnumel > 1 or any(m.role == "reduction" for m in self.members)
+
+    @property
+    def is_scan(self):
+        return any(m.role == "scan" for m in self.members)
 
     @property
     def writes(self) -> set[str]:
@@ -191,10 +199,12 @@ def _evaluate(buf: ir.ComputedBuffer, iv, rv, ranges: dict):
     """(value, store index) of a buffer at loop variables iv/rv, indices simplified
     with the variables' ranges (views of views leave div/mod to fold away)."""
     value = ir.map_indices(buf.evaluate(iv, rv), lambda e: simplify(e, ranges))
-    return value, simplify(_store_index(buf, iv), ranges)
+    return value, simplify(_store_index(buf, iv, rv), ranges)
 
 
-def _store_index(buf: ir.ComputedBuffer, index) -> sympy.Expr:
+def _store_index(buf: ir.ComputedBuffer, index, rindex) -> sympy.Expr:
+    if buf.is_scan:
+        return sympy.expand(buf.out_index(index, rindex))
     if buf.is_reduction:
         return sympy.expand(buf.out_index(index))
     return sympy.expand(buf.store_offset + buf.store_index(index))
@@ -222,7 +232,7 @@ def _kernel_vars(node: Node, role: str, xnumel: int, rnumel: int, r_major: bool 
     """The node's loop variables as expressions of the kernel's x0 / r0.
     `r_major`: a full node's outer loops cover r0 and its inner ones x0 (a
     reduction over the outer dim, whose x0 is the contiguous one)."""
-    if role == "reduction":
+    if role in ("reduction", "scan"):
         return _split(X, node.sizes), _split(R, node.rsizes)
     if role == "row" or rnumel == 1:
         return _split(X, node.sizes), []
@@ -262,10 +272,10 @@ def _split(var, sizes):
 
 
 def place(node: Node, xnumel: int, rnumel: int, r_major: bool = False) -> Member | None:
-    if node.is_reduction:
+    if node.is_reduction or node.is_scan:
         if (node.numel, node.rnumel) != (xnumel, rnumel):
             return None
-        role = "reduction"
+        role = "scan" if node.is_scan else "reduction"
     elif node.numel == xnumel * rnumel:
         role = "full" if rnumel > 1 else "row"
     elif node.numel == xnumel:
@@ -337,12 +347,16 @@ class Scheduler:
         producer_orders = [self.where[d].order for d in deps if d in self.where]
         last_producer = max(producer_orders, default=-1)
         reason = "fusion disabled" if not config.fusion else ""
-        if config.fusion:
+        if node.is_scan:
+            reason = f"{node.name} is a scan ({node.buffer.reduction_type}), which runs in a kernel of its own"
+        elif config.fusion:
             for step in reversed(self.steps):
                 if step.order < last_producer:
                     reason = reason or _needs(self.steps[last_producer])
                     break
-                if isinstance(step, FusedKernel):
+                if isinstance(step, FusedKernel) and step.is_scan:
+                    reason = reason or f"{step.members[0].node.name} is a scan, which runs in a kernel of its own"
+                elif isinstance(step, FusedKernel):
                     member, why = self._try_fuse(step, node, deps)
                     if member is None:
                         member, why = self._absorb_pointwise(step, node, deps, why)
@@ -353,7 +367,7 @@ class Scheduler:
                     reason = reason or f"{node.name} cannot join {step.members[0].node.name}'s kernel: {why}"
                 else:
                     reason = reason or f"{step.buffer.name} ({_op(step.buffer)}) is an extern call"
-        xn, rn = (node.numel, node.rnumel) if node.is_reduction else (node.numel, 1)
+        xn, rn = (node.numel, node.rnumel) if node.is_reduction or node.is_scan else (node.numel, 1)
         member = place(node, xn, rn)
         member.phase = 0 if member.role != "row" or rn == 1 else -1
         kernel = FusedKernel([member], xn, rn, len(self.steps), split_reason=reason)

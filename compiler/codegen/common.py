@@ -19,7 +19,7 @@ INFIX_OPS = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or
 
 
 def kernel_name(target: str, kernel: FusedKernel, index: int) -> str:
-    kind = "red" if kernel.is_reduction else "poi"
+    kind = "scan" if kernel.is_scan else "red" if kernel.is_reduction else "poi"
     ops = sorted(dict.fromkeys(_short(o) for o in kernel.origin_ops()))
     return f"{target}_{kind}_fused_{'_'.join(ops[:MAX_NAME_OPS])}_{index}"
 

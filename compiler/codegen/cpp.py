@@ -554,7 +554,9 @@ class CppKernel:
         # thread it costs its setup, and its outlined loop knows no bounds (3% of a sin)
         parallel = total >= PARALLEL_MIN_ELEMENTS and torch.get_num_threads() > 1
         has_reduction = any(m.role == "reduction" for m in k.members)
-        if not has_reduction:
+        if k.is_scan:
+            self._render_scan(body, parallel)
+        elif not has_reduction:
             self._render_pointwise(body, parallel)
         else:
             self._render_reduction(body, parallel)
@@ -673,6 +675,20 @@ class CppKernel:
                 continue
             self._render_loop(members, body, indent, row_cse, parallel_r, loop)
             loop += 1
+        self._loops_close(body)
+
+    def _render_scan(self, body, parallel):
+        """A running sum or product along r, one row after another (rows in parallel)."""
+        (m,) = self.k.members
+        rt, t = m.node.buffer.reduction_type, m.value.dtype
+        indent = self._loops_open(body, parallel, simd_inner=False)
+        body.append(f"{indent}{CTYPE[t]} acc = {REDUCTION_INIT[rt](t)};")
+        body.append(f"{indent}for (int64_t r0 = 0; r0 < {self.k.rnumel}; r0++)")
+        body.append(indent + "{")
+        v = self.emit_value(self._rewrite(m.value), {}, body, indent + "    ")
+        body.append(f"{indent}    acc = acc {'+' if rt == 'sum' else '*'} {v};")
+        self.store(m, "acc", body, indent + "    ")
+        body.append(indent + "}")
         self._loops_close(body)
 
     def _plan_row_buffers(self, loops) -> dict:

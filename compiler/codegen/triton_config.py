@@ -138,6 +138,8 @@ class Plan:
 def plan(kernel: FusedKernel, device: torch.device, itemsize: int, int64: bool = False) -> Plan:
     """`int64`: the kernel indexes with 64-bit integers (no cooperative form)."""
     gpu = device.type == "cuda"
+    if kernel.is_scan:
+        return _scan_plan(kernel, gpu, itemsize)
     reduction = any(m.role == "reduction" for m in kernel.members)
     xn = kernel.xnumel
     if not reduction:
@@ -187,6 +189,29 @@ def plan(kernel: FusedKernel, device: torch.device, itemsize: int, int64: bool =
             p.split = rb
     p.configs = [dict(c, grid=cdiv(xn, c["XBLOCK"]) * p.split) for c in configs]
     return p
+
+
+def _scan_plan(kernel: FusedKernel, gpu: bool, itemsize: int) -> Plan:
+    """A scan holds rows that fit in registers as one block (scanned at once);
+    longer ones step along them, carrying the running value from step to step.
+    Rows along a strided dim step in blocks of contiguous columns."""
+    xn, rn = kernel.xnumel, kernel.rnumel
+    rblock = pow2(rn)
+    inner = reduces_contiguous(kernel)
+    limit = PERSISTENT_MAX_RBLOCK.get(min(itemsize, 8), 4096) if inner else OUTER_PERSISTENT_MAX_RBLOCK
+    if rblock <= limit:
+        return Plan(True, persistent=True, configs=[_persistent_config(xn, rblock, inner, gpu, itemsize)])
+    if not gpu:
+        rb = min(rblock, 1024)
+        xb = max(1, min(pow2(xn), (1 << 14) // rb))
+        return Plan(True, configs=[dict(XBLOCK=xb, RBLOCK=rb, num_warps=1, grid=cdiv(xn, xb))])
+    if inner:
+        rb = min(rblock, 8192 // itemsize)
+        cfg = dict(XBLOCK=1, RBLOCK=rb, num_warps=_warps(rb, itemsize))
+    else:
+        xb = _fill(xn, outer_width(xn), 8)
+        cfg = dict(XBLOCK=xb, RBLOCK=outer_rblock(xb), num_warps=OUTER_WARPS)
+    return Plan(True, configs=[dict(cfg, num_stages=1, grid=cdiv(xn, cfg["XBLOCK"]))])
 
 
 # -- pointwise ---------------------------------------------------------------------------------

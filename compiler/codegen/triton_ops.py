@@ -269,6 +269,12 @@ def _min_nan(a, b):
 def _prod(a, b):
     return a * b
 """,
+    # a scan's combine function (the interpreter runs Triton's own, tl.cumsum's, as
+    # compiled code, which it cannot)
+    "_add": """@triton.jit
+def _add(a, b):
+    return a + b
+""",
     # a loop's accumulator update, b from a later position than a: a stays where it
     # is as large (the earlier position wins a tie) or NaN (the first NaN wins).
     # Five ops an element, not the combiner's fourteen (H200, argmax over [2048,

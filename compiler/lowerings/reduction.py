@@ -134,6 +134,54 @@ def prod(g, node, x, dim=None, keepdim=False, *, dtype=None):
     return reduce(g, node, x, _dims(x, dim), "prod")
 
 
+@register(aten.cumsum.default)
+def cumsum(g, node, x, dim, *, dtype=None):
+    return scan(g, node, x, dim, "sum")
+
+
+@register(aten.cumprod.default)
+def cumprod(g, node, x, dim, *, dtype=None):
+    return scan(g, node, x, dim, "prod")
+
+
+def scan(g, node, x, dim, rtype):
+    """The running sum or product of x along `dim`, into a contiguous buffer of
+    x's shape, accumulated in the output dtype upcast (float32 for 16-bit floats,
+    as Inductor; eager's CUDA kernel rounds each partial sum to 16 bits). Its
+    pointwise producers are inlined; it runs in a kernel of its own."""
+    val = out_val(node)
+    if x.ndim == 0 or x.size[dim % x.ndim] == 1:  # one element a row: itself
+        return make_pointwise(g, node, lambda v: v, [x])
+    if 0 in x.size:
+        raise Unsupported("empty scan")
+    dim = dim % x.ndim
+    cdt = upcast(val.dtype)
+    stride = contiguous_strides(tuple(val.shape))
+
+    def full(index, rindex):
+        return [*index[:dim], rindex[0], *index[dim:]]
+
+    origins = origins_of(g, node, x)
+    buf = g.register(
+        ir.ComputedBuffer(
+            name=g.new_name(),
+            size=tuple(val.shape),
+            stride=stride,
+            dtype=val.dtype,
+            device=g.device,
+            kind="scan",
+            ranges=tuple(s for d, s in enumerate(x.size) if d != dim),
+            reduction_ranges=(x.size[dim],),
+            reduction_type=rtype,
+            body=lambda index, rindex: ir.cast(x.load(full(index, rindex)), cdt),
+            origins=origins,
+            origin_ops=g.ops_of(origins),
+            out_index=lambda index, rindex: linear_index(full(index, rindex), stride),
+        )
+    )
+    return View(buf, tuple(val.shape), stride)
+
+
 @register(aten.amax)
 def amax(g, node, x, dim=(), keepdim=False):
     return reduce(g, node, x, _dims(x, dim), "max")

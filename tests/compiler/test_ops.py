@@ -354,6 +354,49 @@ def test_reductions(check_compiled, dtype, shape):
     assert len(ops) >= len(dims) * 4
 
 
+SCAN_SHAPES = {
+    "3x5x7": ((3, 5, 7), "contiguous"),
+    "33x65-transposed": ((33, 65), "transposed"),
+    "0-d": ((), "contiguous"),
+    "3x5000-looped": ((3, 5000), "contiguous"),  # rows longer than a block
+    "3000x3-strided": ((3000, 3), "contiguous"),  # dim 0: columns longer than a block
+}
+# long rows: eager on a GPU rounds each 16-bit partial sum, we accumulate in float32
+SCAN_CASES = [(d, s) for d in DTYPES for s in SCAN_SHAPES
+              if s not in ("3x5000-looped", "3000x3-strided") or d in (torch.float32, torch.int64, torch.bool)]
+
+
+@pytest.mark.parametrize("dtype, shape", SCAN_CASES, ids=[f"{dtype_id(d)}-{s}" for d, s in SCAN_CASES])
+def test_scans(check_compiled, target, dtype, shape):
+    """cumsum and cumprod along every dim, with a producer inlined and an output
+    dtype of their own: a kernel each, none falling back to ATen."""
+    size, layout = SCAN_SHAPES[shape]
+    torch.manual_seed(8)
+    x = laid_out(lambda s: rand(s, dtype), size, layout)
+    p = laid_out(lambda s: rand(s, dtype, "small"), size, layout)  # products stay finite
+    # eager's CUDA scans round each 16-bit partial result to 16 bits; ours accumulate
+    # in float32, as eager's CPU kernels and Inductor do: on a GPU, both take float32
+    acc = torch.float32 if target == "cuda" and dtype in (torch.float16, torch.bfloat16) else None
+
+    def scan(t, op, d):
+        return getattr(t, op)(d) if acc is None else getattr(t, op)(d, dtype=acc).to(t.dtype)
+
+    table = {}
+    for d in range(len(size)) if size else [0]:
+        table[f"cumsum({d})"] = lambda x, p, d=d: scan(x, "cumsum", d)
+        table[f"cumprod({d})"] = lambda x, p, d=d: scan(p, "cumprod", d)
+    table["cumsum(-1, float64)"] = lambda x, p: x.cumsum(-1, dtype=torch.float64)
+    if dtype != torch.bool:
+        table["(|x| + 1).cumsum(-1)"] = lambda x, p: (x.abs() + 1).cumsum(-1)
+    tol = dict(rtol=5e-3, atol=5e-3) if dtype in (torch.float16, torch.bfloat16) else None
+    if shape in ("3x5000-looped", "3000x3-strided") and dtype == torch.float32:
+        tol = dict(rtol=1e-4, atol=1e-3)  # long float sums: eager's and our summation orders differ
+    cap = check_compiled(lambda x, p: tuple(f(x, p) for f in table.values()), x, p, names=list(table), tol=tol)
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    scans = [k for k in cap.kernels if "_scan_" in k.name]
+    assert len(scans) == len(table) - (size[0] == 1 if size else len(table)), [k.name for k in cap.kernels]
+
+
 @pytest.mark.filterwarnings("ignore:All-NaN")  # numpy's, in Triton's interpreter
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
 @pytest.mark.parametrize("cols", [37, 20000])  # a row in one block, and looped (on a GPU too)
@@ -494,11 +537,11 @@ def test_attention_extern_on_computed_inputs(check_compiled):
 @pytest.mark.parametrize(
     "name, fn, op",
     [
-        ("cumsum", lambda x: torch.cumsum(x + 1, 1) * 2, "aten.cumsum.default"),
+        ("topk", lambda x: torch.topk(x + 1, 3, 1).values * 2, "aten.topk.default"),
         ("sort", lambda x: torch.sort(x.sin(), 1).values * 2, "aten.sort.default"),
         ("round(decimals)", lambda x: torch.round(x.exp(), decimals=2) - 1, "aten.round.decimals"),
     ],
-    ids=["cumsum", "sort", "round-decimals"],
+    ids=["topk", "sort", "round-decimals"],
 )
 def test_unsupported_op_falls_back(check_compiled, name, fn, op):
     """An op with no lowering runs through ATen: correct, listed with a reason,
