@@ -437,6 +437,8 @@ ROW_BUFFER_MAX_BYTES = 64 * 1024  # per buffer, on the thread's stack; longer ro
 # a reduction over an outer axis (x.sum(0)) walks r once for this many contiguous x
 # (its lanes: four AVX-512 vectors of floats), so each step's loads are contiguous
 X_BLOCK = 64
+# elements of a row whose values a scan computes at once (vectorized), then scans
+SCAN_STEP = 256
 # bytes of lane accumulators of a row's float sum (four AVX-512 vectors, eight AVX2)
 SUM_LANE_BYTES = 256
 
@@ -678,17 +680,48 @@ class CppKernel:
         self._loops_close(body)
 
     def _render_scan(self, body, parallel):
-        """A running sum or product along r, one row after another (rows in parallel)."""
+        """A running sum or product along r. Along the contiguous dim, each row in
+        steps of SCAN_STEP: the step's values first, in a vectorized loop, then
+        their running sums. Along a strided dim, blocks of lanes of the innermost
+        x walk the rows together, one running value a lane (x.cumsum(0)).
+        Per call, one thread, [2048, 2048] fp32, ms, ours against eager in the
+        same run; a row at a time, values and sums in one loop: exp(x).cumsum(-1)
+        24.6 against 9.7, x.cumsum(0) 80.2 against 75.1; now 11.3 against 10.7,
+        and 8.8 against 84.2."""
         (m,) = self.k.members
         rt, t = m.node.buffer.reduction_type, m.value.dtype
+        op, init = ("+" if rt == "sum" else "*"), REDUCTION_INIT[rt](t)
+        self.block = self._x_block()
         indent = self._loops_open(body, parallel, simd_inner=False)
-        body.append(f"{indent}{CTYPE[t]} acc = {REDUCTION_INIT[rt](t)};")
-        body.append(f"{indent}for (int64_t r0 = 0; r0 < {self.k.rnumel}; r0++)")
-        body.append(indent + "{")
-        v = self.emit_value(self._rewrite(m.value), {}, body, indent + "    ")
-        body.append(f"{indent}    acc = acc {'+' if rt == 'sum' else '*'} {v};")
-        self.store(m, "acc", body, indent + "    ")
-        body.append(indent + "}")
+        value = self._rewrite(m.value)
+        if self.block:
+            d = len(self.nest) - 1
+            body.append(f"{indent}const int64_t xn = fusion_min<int64_t>({self.block}, {self.nest[-1]} - x{d}b);")
+            body.append(f"{indent}{CTYPE[t]} acc[{self.block}];")
+            body.append(f"{indent}for (int64_t xi = 0; xi < {self.block}; xi++) acc[xi] = {init};")
+            body.append(f"{indent}for (int64_t r0 = 0; r0 < {self.k.rnumel}; r0++)")
+            body.append(indent + "{")
+            lane = self._lanes_open(body, indent + "    ")
+            v = self.emit_value(value, {}, body, lane)
+            body.append(f"{lane}acc[xi] = acc[xi] {op} {v};")
+            self.store(m, "acc[xi]", body, lane)
+            body += [indent + "    }", indent + "}"]
+        else:
+            step = min(SCAN_STEP, self.k.rnumel)
+            body.append(f"{indent}{CTYPE[t]} acc = {init};")
+            body.append(f"{indent}{CTYPE[t]} step[{step}];")
+            body.append(f"{indent}for (int64_t r0b = 0; r0b < {self.k.rnumel}; r0b += {step})")
+            body.append(indent + "{")
+            inner = indent + "    "
+            body.append(f"{inner}const int64_t rn = fusion_min<int64_t>({step}, {self.k.rnumel} - r0b);")
+            body += [f"{inner}#pragma omp simd", f"{inner}for (int64_t ri = 0; ri < rn; ri++)", inner + "{",
+                     f"{inner}    const int64_t r0 = r0b + ri;"]
+            v = self.emit_value(value, {}, body, inner + "    ")
+            body += [f"{inner}    step[ri] = {v};", inner + "}"]
+            body += [f"{inner}for (int64_t ri = 0; ri < rn; ri++)", inner + "{",
+                     f"{inner}    const int64_t r0 = r0b + ri;", f"{inner}    acc = acc {op} step[ri];"]
+            self.store(m, "acc", body, inner + "    ")
+            body += [inner + "}", indent + "}"]
         self._loops_close(body)
 
     def _plan_row_buffers(self, loops) -> dict:
