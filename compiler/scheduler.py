@@ -355,7 +355,12 @@ class Scheduler:
                     reason = reason or _needs(self.steps[last_producer])
                     break
                 if isinstance(step, FusedKernel) and step.is_scan:
-                    reason = reason or f"{step.members[0].node.name} is a scan, which runs in a kernel of its own"
+                    member, why = self._join_scan(step, node, deps)
+                    if member is not None:
+                        step.members.append(member)
+                        self.where[node.name] = step
+                        return
+                    reason = reason or f"{node.name} cannot join {step.members[0].node.name}'s scan: {why}"
                 elif isinstance(step, FusedKernel):
                     member, why = self._try_fuse(step, node, deps)
                     if member is None:
@@ -404,6 +409,19 @@ class Scheduler:
             if why:
                 return None, why
         return member, ""
+
+    def _join_scan(self, kernel: FusedKernel, node: Node, deps: set[str]):
+        """(member, "") when pointwise `node` reads the scan's values (at the
+        elements it writes) and can be computed with them, in the scan's loop
+        (an exclusive cumsum, positions from a mask's cumsum, a cast), else (None, why)."""
+        if node.is_reduction or node.is_scan or node.buffer.store_target is not None:
+            return None, "only a pointwise consumer joins a scan"
+        if not deps & kernel.writes:
+            return None, "it reads nothing the scan computes"
+        member, why = self._try_fuse(kernel, node, deps)
+        if member is not None and member.role != "full":
+            return None, "it needs whole rows scanned"
+        return member, why
 
     def _absorb_pointwise(self, kernel: FusedKernel, node: Node, deps: set[str], why: str):
         """(member, "") when reduction `node` can take over pointwise `kernel`: its
@@ -552,7 +570,7 @@ def _phase_after(producer: Member, consumer: Member, kernel: FusedKernel) -> int
     if kernel.rnumel == 1 and not any(m.role == "reduction" for m in kernel.members):
         return 0
     p = producer.phase
-    if producer.role == "full":  # same loop is fine
+    if producer.role in ("full", "scan"):  # same loop is fine
         return p
     if producer.role == "reduction":  # its value exists after loop p // 2
         return p + 1 if consumer.role == "row" else p + 2

@@ -397,6 +397,23 @@ def test_scans(check_compiled, target, dtype, shape):
     assert len(scans) == len(table) - (size[0] == 1 if size else len(table)), [k.name for k in cap.kernels]
 
 
+@pytest.mark.parametrize("shape", [(37, 300), (3, 5000), (2000, 3)])
+def test_scan_consumers_join_its_kernel(check_compiled, shape):
+    """Pointwise consumers of a scan's values are computed with them, in the
+    scan's loop: positions from a mask's cumsum, an exclusive cumsum, a scan
+    along a strided dim and its exp, each one kernel."""
+    torch.manual_seed(10)
+    x, m = rand(shape, torch.float32), torch.rand(shape) > 0.3
+    cases = {
+        "positions": (lambda m: (m.cumsum(-1) - 1) * m, (m,)),
+        "exclusive": (lambda x: x.cumsum(-1) - x, (x,)),
+        "strided": (lambda x: (x.cumsum(0) * 0.01).exp(), (x,)),
+    }
+    for name, (fn, args) in cases.items():
+        cap = check_compiled(fn, *args, tol=dict(rtol=1e-4, atol=1e-3))
+        assert [k.name.split("_")[1] for k in cap.kernels] == ["scan"], (name, [k.name for k in cap.kernels])
+
+
 @pytest.mark.filterwarnings("ignore:All-NaN")  # numpy's, in Triton's interpreter
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
 @pytest.mark.parametrize("cols", [37, 20000])  # a row in one block, and looped (on a GPU too)
