@@ -13,6 +13,9 @@ and every buffer they read that the kernel itself writes is read at exactly the
 index it is written (so no program reads another program's output), and every
 producer outside the kernel is scheduled before it (so fusion never makes a
 cycle). Inside a kernel, a reduction's consumers run in a later loop ("stage").
+A row reduction may take over the pointwise kernel before it, re-placed in its
+loops (_absorb_pointwise). A scan (cumsum) opens a kernel of its own, which only
+its pointwise consumers join.
 """
 from __future__ import annotations
 
