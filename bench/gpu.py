@@ -296,6 +296,10 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
         Workload("sum_all 100M fp32", lambda: (lambda x: x.sum(), (rnd(s(100_000_000), dtype=torch.float32),))),
         Workload("argmax [2048,50257] fp32", lambda: (
             lambda x: x.argmax(-1), (rnd(s(2048), 50257, dtype=torch.float32),))),
+        Workload("cumsum(-1) [4096,4096] fp32", lambda: (
+            lambda x: x.cumsum(-1), (rnd(s(4096), 4096, dtype=torch.float32),))),
+        Workload("mask positions [64,8192]", lambda: (
+            lambda m: (m.cumsum(-1) - 1) * m, (rnd(s(64), 8192) > 0,)), memory_bound=False),
         Workload("adam_like 4x10M fp32", lambda: (adam_like, tuple(
             rnd(s(10_000_000), dtype=torch.float32).abs() for _ in range(4)))),
         Workload("mean(1) [64,4096,1024] bf16", lambda: (lambda x: x.mean(1), (rnd(s(64), 4096, 1024),))),
