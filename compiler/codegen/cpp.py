@@ -682,7 +682,9 @@ class CppKernel:
     def _render_scan(self, body, parallel):
         """A running sum or product along r. Along the contiguous dim, each row in
         steps of SCAN_STEP: the step's values first, in a vectorized loop, then
-        their running sums. Along a strided dim, blocks of lanes of the innermost
+        their running sums, where the values cost (libm-like math); plain loads
+        and arithmetic in one loop (x.cumsum(-1), [2048, 2048] fp32, one thread:
+        7.3 ms in steps, 5.9 in one loop; eager 6.4 and 6.1). Along a strided dim, blocks of lanes of the innermost
         x walk the rows together, one running value a lane (x.cumsum(0)).
         Per call, one thread, [2048, 2048] fp32, ms, ours against eager in the
         same run; a row at a time, values and sums in one loop: exp(x).cumsum(-1)
@@ -706,6 +708,14 @@ class CppKernel:
             body.append(f"{lane}acc[xi] = acc[xi] {op} {v};")
             self._scanned(m, consumers, "acc[xi]", body, lane)
             body += [indent + "    }", indent + "}"]
+        elif not any(e.op in COSTLY_OPS for e in value.walk()):  # loads and arithmetic: one loop
+            body.append(f"{indent}{CTYPE[t]} acc = {init};")
+            body.append(f"{indent}for (int64_t r0 = 0; r0 < {self.k.rnumel}; r0++)")
+            body.append(indent + "{")
+            v = self.emit_value(value, {}, body, indent + "    ")
+            body.append(f"{indent}    acc = acc {op} {v};")
+            self._scanned(m, consumers, "acc", body, indent + "    ")
+            body.append(indent + "}")
         else:
             step = min(SCAN_STEP, self.k.rnumel)
             body.append(f"{indent}{CTYPE[t]} acc = {init};")
