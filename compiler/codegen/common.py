@@ -18,6 +18,10 @@ INFIX_OPS = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or
              "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
+# a scan's combine, as an infix operator (C++ and Triton both)
+SCAN_OPS = {"sum": "+", "prod": "*"}
+
+
 def kernel_name(target: str, kernel: FusedKernel, index: int) -> str:
     kind = "scan" if kernel.is_scan else "red" if kernel.is_reduction else "poi"
     ops = sorted(dict.fromkeys(_short(o) for o in kernel.origin_ops()))

@@ -16,7 +16,7 @@ from sympy.printing.c import C99CodePrinter
 from .. import ir
 from ..index import FloorDiv, ModularIndexing, simplify_with_ranges, symbol
 from ..scheduler import R, X, FusedKernel, Member, layout_deciding
-from .common import INFIX_OPS, kernel_args, member_order
+from .common import INFIX_OPS, SCAN_OPS, kernel_args, member_order
 
 CTYPE = {
     torch.float32: "float",
@@ -680,19 +680,19 @@ class CppKernel:
         self._loops_close(body)
 
     def _render_scan(self, body, parallel):
-        """A running sum or product along r. Along the contiguous dim, each row in
-        steps of SCAN_STEP: the step's values first, in a vectorized loop, then
-        their running sums, where the values cost (libm-like math); plain loads
-        and arithmetic in one loop (x.cumsum(-1), [2048, 2048] fp32, one thread:
-        7.3 ms in steps, 5.9 in one loop; eager 6.4 and 6.1). Along a strided dim, blocks of lanes of the innermost
-        x walk the rows together, one running value a lane (x.cumsum(0)).
-        Per call, one thread, [2048, 2048] fp32, ms, ours against eager in the
-        same run; a row at a time, values and sums in one loop: exp(x).cumsum(-1)
-        24.6 against 9.7, x.cumsum(0) 80.2 against 75.1; now 11.3 against 10.7,
-        and 8.8 against 84.2."""
+        """A running sum or product along r, its pointwise consumers computed from it.
+        Per call, one thread, [2048, 2048] fp32, ms, ours against eager in the same run:
+        - along a strided dim, blocks of lanes of the innermost x walk the rows
+          together, one running value a lane: x.cumsum(0) 8.8 against 84.2 (80.2
+          against 75.1 a column at a time);
+        - along the contiguous dim, values that cost (libm-like math) in steps of
+          SCAN_STEP, computed in a vectorized loop before their running sums:
+          exp(x).cumsum(-1) 11.3 against 10.7 (24.6 against 9.7 in one loop);
+          plain loads and arithmetic in one loop: x.cumsum(-1) 5.9 against 6.1
+          (7.3 against 6.4 in steps)."""
         m, *consumers = self.k.members
         rt, t = m.node.buffer.reduction_type, m.value.dtype
-        op, init = ("+" if rt == "sum" else "*"), REDUCTION_INIT[rt](t)
+        op, init = SCAN_OPS[rt], REDUCTION_INIT[rt](t)
         self.block = self._x_block()
         indent = self._loops_open(body, parallel, simd_inner=False)
         value = self._rewrite(m.value)

@@ -25,7 +25,7 @@ from .. import ir
 from ..index import fold_divmod, simplify_with_ranges, upper_bound
 from ..scheduler import R, X, FusedKernel, Member, online_softmax_sums
 from . import triton_config
-from .common import kernel_args, member_order
+from .common import SCAN_OPS, kernel_args, member_order
 from .triton_ops import (FP32_HELPERS, REDUCTION_INIT, TL_DTYPE, binary, helper_sources, literal, takes_tensors_only,
                          texpr, unary)
 
@@ -646,7 +646,7 @@ class TritonKernel:
         ind = "        "
         self._r_vars(body, ind, "roffset")
         body.append(f"{ind}block = {self._masked(m, self.emit(m.value, {}, body, ind))}")
-        op = "+" if rt == "sum" else "*"
+        op = SCAN_OPS[rt]
         body.append(f"{ind}scanned = carry {op} tl.associative_scan(block, 1, {combine})")
         self.store(m, self.regs[m.node.name], body, ind)
         for c in consumers:
