@@ -60,7 +60,7 @@ class Lazy(TensorValue):
         self.origins = tuple(dict.fromkeys(origins))
         self._memo: dict = {}
         self.realized: View | None = None
-        self._loads: int | None = None
+        self._walked: list | None = None
 
     def load(self, index):
         reader = ir.reader()
@@ -84,10 +84,17 @@ class Lazy(TensorValue):
 
     def count_loads(self) -> int:
         """Loads of the whole inlined expression."""
-        if self._loads is None:
+        return sum(e.op == "load" for e in self._walk())
+
+    def count_ops(self) -> int:
+        """Operations (loads and constants included) of the whole inlined expression."""
+        return len(self._walk())
+
+    def _walk(self) -> list:
+        if self._walked is None:
             with ir.reading_as(None):
-                self._loads = len(ir.loads(self.load(loop_vars("i", self.ndim))))
-        return self._loads
+                self._walked = self.load(loop_vars("i", self.ndim)).walk()
+        return self._walked
 
 
 class GraphLowering:
@@ -95,6 +102,14 @@ class GraphLowering:
 
     # realize a Lazy that several nodes read once its expression reads this many times
     REALIZE_READS = 8
+    # realize any Lazy once its expression holds this many operations: inlined on, an
+    # unrolled loop's would grow without bound, past the depth Python's recursion
+    # limit lets us walk (Inductor realizes at 100 too); the scheduler still fuses it
+    # with its reader, so it costs no traffic where they fit one kernel. Counting
+    # them evaluates the expression, so only values this many lowered nodes deep are
+    # counted (counting each node's took an eighth of a GPT-2 block's compile)
+    REALIZE_OPS = 100
+    COUNT_OPS_DEPTH = 24
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence, device: torch.device):
         self.gm = gm
@@ -111,6 +126,7 @@ class GraphLowering:
         self.device_copies: dict[torch.fx.Node, View] = {}  # values of another device, copied to this one
         self.crosses_devices = False  # some op runs on, or copies from, another device
         self.elsewhere: set[torch.fx.Node] = set()  # nodes ATen computed on another device
+        self.lazy_depth: dict[torch.fx.Node, int] = {}  # nodes inlined into this one's value, along its longest path
 
     # -- naming --------------------------------------------------------------
     def new_name(self, prefix="buf") -> str:
@@ -183,6 +199,7 @@ class GraphLowering:
                 else:
                     self.env[node] = lower_node(self, node, args, kwargs)
                 self._maybe_realize_inputs(node)
+                self._realize_if_large(node)
             elif node.op == "get_attr":
                 self.env[node] = self._constant(node)
             elif node.op == "output":
@@ -241,6 +258,16 @@ class GraphLowering:
             if isinstance(v, Lazy) and v.realized is None and len(a.users) > 1:
                 if v.count_loads() >= self.REALIZE_READS:  # a reshape: its root stored once
                     self.env[a] = self._root_view(v, contiguous_strides(v.size)) or self.realize(v)
+
+    def _realize_if_large(self, node):
+        v = self.env[node]
+        if not isinstance(v, Lazy) or v.realized is not None:
+            return
+        depth = 1 + max((self.lazy_depth.get(a, 0) for a in node.all_input_nodes), default=0)
+        if depth > self.COUNT_OPS_DEPTH and v.count_ops() > self.REALIZE_OPS:
+            self.env[node] = self._root_view(v, None) or self.realize(v)
+            depth = 0
+        self.lazy_depth[node] = depth
 
     def _outputs(self, node):
         outs = node.args[0]

@@ -209,6 +209,11 @@ def as_strided(g, node, x, size, stride, storage_offset=None):
     return View(x.buffer, tuple(size), tuple(stride), offset)
 
 
+# a cat of more pieces is built in stored groups of this many: as one expression,
+# every element would load every piece (and an unrolled loop's stack has hundreds)
+CAT_MAX_PIECES = 16
+
+
 @register(aten.cat.default)
 def cat(g, node, tensors, dim=0):
     val = out_val(node)
@@ -220,11 +225,21 @@ def cat(g, node, tensors, dim=0):
     tensors = [t for t in tensors if is_tensor(t) and not (t.ndim == 1 and t.size[0] == 0) and t.size[dim] != 0]
     if not tensors:
         return Lazy(size, val.dtype, lambda idx: ir.const(0, val.dtype), origins_of(g, node))
-    cdt = upcast(val.dtype)
+    while len(tensors) > CAT_MAX_PIECES:
+        groups = [tensors[k:k + CAT_MAX_PIECES] for k in range(0, len(tensors), CAT_MAX_PIECES)]
+        tensors = [g.realize(_joined(g, node, group, dim, val.dtype)) for group in groups]
+    return _joined(g, node, tensors, dim, val.dtype)
+
+
+def _joined(g, node, tensors, dim, dtype):
+    """The pieces one after another along `dim`, as one expression."""
+    cdt = upcast(dtype)
     offsets, o = [], 0
     for t in tensors:
         offsets.append(o)
         o += t.size[dim]
+    size = list(tensors[0].size)
+    size[dim] = o
 
     def body(idx):
         # pick the piece whose range holds idx[dim]; every piece is loaded at a
@@ -239,9 +254,9 @@ def cat(g, node, tensors, dim=0):
             else:
                 cond = ir.op("lt", ir.index_value(idx[dim]), ir.const(off + t.size[dim], torch.int64), dtype=torch.bool)
                 result = ir.op("where", cond, v, result, dtype=cdt)
-        return ir.cast(result, val.dtype)
+        return ir.cast(result, dtype)
 
-    return Lazy(size, val.dtype, body, origins_of(g, node, *tensors))
+    return Lazy(tuple(size), dtype, body, origins_of(g, node, *tensors))
 
 
 @register(aten.constant_pad_nd.default)

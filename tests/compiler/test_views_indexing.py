@@ -161,6 +161,25 @@ def test_cat_stack_pad(check_compiled, dtype):
     no_fallbacks(cap)
 
 
+def test_an_unrolled_loop_of_a_hundred_steps(check_compiled):
+    """A loop unrolled 100 times whose every step is stacked (an RNN's outputs):
+    its chain of values is stored every so often and its stack built in groups,
+    so no expression grows past what the compiler can walk (both once raised
+    RecursionError); and the groups are few kernels, not one a step."""
+    torch.manual_seed(2)
+
+    def f(x):
+        outs = []
+        for i in range(100):
+            x = x * 0.999 + 0.001 * i
+            outs.append(x.sin())
+        return torch.stack(outs, 1), x
+
+    cap = check_compiled(f, rand((7, 13)))
+    no_fallbacks(cap)
+    assert len(cap.kernels) <= 12, [k.name for k in cap.kernels]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64], ids=["float32", "bfloat16", "int64"])
 def test_slice_scatter_is_one_pointwise_kernel(check_compiled, dtype):
     """x.slice_scatter(src, dim, start, end, step), as slice_backward (a cat's or a
