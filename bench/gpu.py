@@ -305,6 +305,9 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
         Workload("mean(1) [64,4096,1024] bf16", lambda: (lambda x: x.mean(1), (rnd(s(64), 4096, 1024),))),
         Workload("embedding_layer_norm [8192]x4096 bf16", lambda: (lambda e, n: (
             lambda i: n(e(i)), (ids(R, V),)))(emb(), ln()), memory_bound=False),
+        Workload("embedding backward [8192]x768 -> 50257 fp32", lambda: (
+            lambda g, i: torch.ops.aten.embedding_dense_backward(g, i, 50257, -1, False),
+            (rnd(s(8192), 768, dtype=torch.float32), ids(s(8192), 50257)))),
         Workload("gpt2_block fwd+bwd [8,1024,1024] bf16", lambda: (lambda m: train(
             lambda x: m(x).float().pow(2).mean(), rnd(s(8), s(1024), 1024), params=m.parameters()))(
             GPT2Block().to(device, torch.bfloat16)), memory_bound=False, train=True),

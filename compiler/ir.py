@@ -109,6 +109,15 @@ def op(name: str, *args: Expr, dtype: torch.dtype) -> Expr:
     return Expr(name, tuple(args), dtype)
 
 
+def scatter(target: Expr, value: Expr, valid: Expr, accumulate: bool) -> Expr:
+    """A scatter buffer's body: add `value` to (or store it at) element `target`
+    (an int64 offset computed from index tensors) of the buffer, where `valid`."""
+    return Expr("scatter_add" if accumulate else "scatter_store", (target, value, valid), value.dtype)
+
+
+SCATTER_OPS = ("scatter_add", "scatter_store")
+
+
 def loads(e: Expr) -> list[Expr]:
     return [s for s in e.walk() if s.op == "load"]
 
@@ -166,6 +175,9 @@ class ComputedBuffer(Buffer):
     kind 'scan': the running reduction of value(index, rindex) along the one dim
     of `reduction_ranges` (cumsum, cumprod), stored for every (index, rindex) at
     `out_index(index, rindex)`.
+    kind 'scatter': the buffer starts as `scatter_init`, then for every point of
+    `ranges` its body (an `ir.scatter`) adds a value to, or stores it at, an
+    element that index tensors pick (index_put, embedding's backward).
     """
 
     kind: str = "pointwise"
@@ -181,6 +193,8 @@ class ComputedBuffer(Buffer):
     store_offset: int = 0
     # a reduction's output position for every outer index (keepdim and layout handled here)
     out_index: Callable[[Sequence[sympy.Expr]], sympy.Expr] | None = None
+    # a scatter's starting contents: a window of a buffer to copy, or a number to fill with
+    scatter_init: Any = 0
 
     @property
     def is_reduction(self) -> bool:
@@ -189,6 +203,10 @@ class ComputedBuffer(Buffer):
     @property
     def is_scan(self) -> bool:
         return self.kind == "scan"
+
+    @property
+    def is_scatter(self) -> bool:
+        return self.kind == "scatter"
 
     def reads_back(self, held: "ComputedBuffer") -> None:
         """This buffer loads `held` rather than recomputing it: the ATen nodes
@@ -282,6 +300,9 @@ def describe_buffer(buf: Buffer) -> str:
                 f"{list(buf.reduction_ranges)} for {list(buf.ranges)}: {body!r}"
             )
         body = map_indices(buf.evaluate(idx), lambda e: simplify(e, ranges))
+        if buf.is_scatter:
+            init = _arg_str(buf.scatter_init)
+            return f"{buf.name} = scatter {shape} from {init} over {list(buf.ranges)}: {body!r}"
         return f"{buf.name} = pointwise {shape}{target} over {list(buf.ranges)}: {body!r}"
     if isinstance(buf, ExternCall):
         return f"{buf.name} = {buf.kind} {buf.target}({', '.join(_arg_str(a) for a in buf.args)}) {shape}"

@@ -27,7 +27,7 @@ import sympy
 
 from . import ir
 from .config import config
-from .index import fold_divmod, loop_vars, merge_loops, simplify, substitute, symbol
+from .index import contiguous_strides, fold_divmod, linear_index, loop_vars, merge_loops, simplify, substitute, symbol
 
 
 @dataclasses.dataclass(eq=False)
@@ -100,6 +100,10 @@ class FusedKernel:
     @property
     def is_scan(self):
         return any(m.role == "scan" for m in self.members)
+
+    @property
+    def is_scatter(self):
+        return any(m.node.buffer.is_scatter for m in self.members)
 
     @property
     def writes(self) -> set[str]:
@@ -206,6 +210,8 @@ def _evaluate(buf: ir.ComputedBuffer, iv, rv, ranges: dict):
 
 
 def _store_index(buf: ir.ComputedBuffer, index, rindex) -> sympy.Expr:
+    if buf.is_scatter:  # where its body says; the position in its own loops stands in
+        return sympy.expand(linear_index(index, contiguous_strides(buf.ranges)))
     if buf.is_scan:
         return sympy.expand(buf.out_index(index, rindex))
     if buf.is_reduction:
@@ -329,7 +335,7 @@ class Scheduler:
             if isinstance(buf, ir.ComputedBuffer):
                 node = make_node(buf)
                 nodes[buf.name] = node
-                for b in node.reads:
+                for b in list(node.reads) + _scatter_source(buf):
                     self.readers.setdefault(b, []).append(buf.name)
                 self._schedule(node)
             else:
@@ -352,6 +358,8 @@ class Scheduler:
         reason = "fusion disabled" if not config.fusion else ""
         if node.is_scan:
             reason = f"{node.name} is a scan ({node.buffer.reduction_type}), which runs in a kernel of its own"
+        elif node.buffer.is_scatter:
+            reason = f"{node.name} is a scatter, which runs in a kernel of its own (after its buffer is filled)"
         elif config.fusion:
             for step in reversed(self.steps):
                 if step.order < last_producer:
@@ -384,6 +392,8 @@ class Scheduler:
 
     def _try_fuse(self, kernel: FusedKernel, node: Node, deps: set[str]):
         """(member, "") when `node` can join `kernel`, else (None, why not)."""
+        if kernel.is_scatter:  # its atomic adds are done only once the kernel ends
+            return None, f"{kernel.members[0].node.name} is a scatter, which runs in a kernel of its own"
         # every producer outside this kernel must already be scheduled before it
         for d in deps:
             step = self.where.get(d)
@@ -654,12 +664,17 @@ def _deps(buf: ir.Buffer) -> list[str]:
         deps = list(_reads(buf.evaluate(iv, rv)))
         if buf.store_target is not None:
             deps.append(buf.store_target.name)
-        return deps
+        return deps + _scatter_source(buf)
     if isinstance(buf, ir.ExternCall):
         return list(_refs(buf.args) + _refs(list(buf.kwargs.values())))
     if isinstance(buf, ir.MultiOutput):
         return [buf.parent.name]
     return []
+
+
+def _scatter_source(buf: ir.ComputedBuffer) -> list[str]:
+    """The buffer a scatter copies before it adds (the wrapper copies it)."""
+    return [buf.scatter_init.buffer] if buf.is_scatter and isinstance(buf.scatter_init, ir.TensorRef) else []
 
 
 def _refs(args: Sequence) -> list[str]:

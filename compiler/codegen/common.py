@@ -23,7 +23,7 @@ SCAN_OPS = {"sum": "+", "prod": "*"}
 
 
 def kernel_name(target: str, kernel: FusedKernel, index: int) -> str:
-    kind = "scan" if kernel.is_scan else "red" if kernel.is_reduction else "poi"
+    kind = "scan" if kernel.is_scan else "scatter" if kernel.is_scatter else "red" if kernel.is_reduction else "poi"
     ops = sorted(dict.fromkeys(_short(o) for o in kernel.origin_ops()))
     return f"{target}_{kind}_fused_{'_'.join(ops[:MAX_NAME_OPS])}_{index}"
 
@@ -79,8 +79,12 @@ def bytes_moved(kernel: FusedKernel, buffers: dict) -> tuple[int, int]:
                 break
     written = 0
     for m in kernel.members:
-        if m.stored:
-            written += m.node.numel * m.node.buffer.dtype.itemsize
+        if not m.stored:
+            continue
+        elements = m.node.numel * m.node.rnumel if m.node.is_scan else m.node.numel
+        if m.node.buffer.is_scatter:  # at most every element once (the fill before it is ATen's)
+            elements = min(elements, m.node.buffer.numel)
+        written += elements * m.node.buffer.dtype.itemsize
     return read, written
 
 

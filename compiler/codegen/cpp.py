@@ -542,6 +542,18 @@ class CppKernel:
         idx = cexpr(self._rewrite_index(m.store_index))
         out.append(f"{indent}{self.args.ptr(buf.storage_name)}[{idx}] = {_cast(value, m.value.dtype, buf.dtype)};")
 
+    def _scatter(self, m: Member, value: ir.Expr, cse: dict, out: list[str], indent: str):
+        """Each value added to (or stored at) the element its index picks, where valid."""
+        target, v, valid = (self.emit_value(a, cse, out, indent) for a in value.args)
+        buf = m.node.buffer
+        at = f"{self.args.ptr(buf.storage_name)}[{target}]"
+        if value.op == "scatter_add":
+            acc = torch.float32 if buf.dtype in (torch.float16, torch.bfloat16) else buf.dtype
+            v = _cast(f"{_cast(at, buf.dtype, acc)} + {_cast(v, value.dtype, acc)}", acc, buf.dtype)
+        else:
+            v = _cast(v, value.dtype, buf.dtype)
+        out.append(f"{indent}if ({valid}) {at} = {v};")
+
     # -- rendering -----------------------------------------------------------------
     def render(self) -> str:
         k = self.k
@@ -554,7 +566,8 @@ class CppKernel:
         total = k.xnumel * max(k.rnumel, 1)
         # no parallel region where torch runs one thread (as Inductor): even on one
         # thread it costs its setup, and its outlined loop knows no bounds (3% of a sin)
-        parallel = total >= PARALLEL_MIN_ELEMENTS and torch.get_num_threads() > 1
+        # a scatter's threads could add to one element at once: one thread, in order
+        parallel = total >= PARALLEL_MIN_ELEMENTS and torch.get_num_threads() > 1 and not k.is_scatter
         has_reduction = any(m.role == "reduction" for m in k.members)
         if k.is_scan:
             self._render_scan(body, parallel)
@@ -625,7 +638,8 @@ class CppKernel:
         # float sin/cos by the inlined fusion_sinf/cosf; an argument out of their range
         # runs the kernel again with libm's. Only where that is safe: no output is
         # written over an input (a mutation) that the second run would read again.
-        self.fast_trig = _uses_float_trig(self.k) and not any(m.node.buffer.store_target is not None for m in self.k.members)
+        self.fast_trig = _uses_float_trig(self.k) and not any(
+            m.node.buffer.store_target is not None or m.node.buffer.is_scatter for m in self.k.members)
         if self.fast_trig:
             body.append(f"    int {TRIG_FLAG} = 0;")
             self._pointwise_loops(body, parallel)
@@ -640,10 +654,13 @@ class CppKernel:
             self._pointwise_loops(body, parallel)
 
     def _pointwise_loops(self, body, parallel):
-        indent = self._loops_open(body, parallel, simd_inner=True)
+        indent = self._loops_open(body, parallel, simd_inner=not self.k.is_scatter)
         cse: dict = {}
         for m in self.k.members:
             value = self._rewrite(m.value)
+            if value.op in ir.SCATTER_OPS:
+                self._scatter(m, value, cse, body, indent)
+                continue
             v = self.emit_value(value, cse, body, indent)
             self.row_vars[m.node.name] = v
             self.store(m, v, body, indent)

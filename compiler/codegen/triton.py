@@ -414,6 +414,9 @@ class TritonKernel:
 
     def _member(self, m: Member, cse: dict, body: list[str], indent: str):
         """A member in straight-line code (pointwise, persistent, or between loops)."""
+        if m.value.op in ir.SCATTER_OPS:
+            self._scatter(m, cse, body, indent)
+            return
         if m.node.name in self.alias:
             v = self.regs[self.alias[m.node.name]]
         else:
@@ -422,6 +425,19 @@ class TritonKernel:
                 v = self._reduce_block(m, v, body, indent)
         self.regs[m.node.name] = v
         self.store(m, v, body, indent)
+
+    def _scatter(self, m: Member, cse: dict, body: list[str], indent: str):
+        """Each value added atomically to (or stored at) the element its index picks."""
+        target, value, valid = (self.emit(a, cse, body, indent) for a in m.value.args)
+        buf = m.node.buffer
+        code = self.convert(self.full(value, {"x"}, m.value.dtype), m.value.dtype, buf.dtype)
+        masks = [c for c in (self.mask({"x"}), None if m.value.args[2].op == "const" else valid.code) if c]
+        mask = f", mask={' & '.join(f'({c})' for c in masks)}" if masks else ""
+        where = f"{self.args.ptr(buf.storage_name)} + ({self.full(target, {'x'}, torch.int64)})"
+        if m.value.op == "scatter_add":
+            body.append(f"{indent}tl.atomic_add({where}, {code}{mask}, sem='relaxed')")
+        else:
+            body.append(f"{indent}tl.store({where}, {code}{mask})")
 
     # -- rendering ----------------------------------------------------------------------------
     def render(self) -> str:
@@ -496,7 +512,7 @@ class TritonKernel:
                 if e.op == "load" and e.args[0] == name and not e.args[2]:
                     ub = upper_bound(e.args[1], ranges)
                     ext = max(ext, ub + 1) if ub is not None else ext
-            if m.stored and m.node.buffer.storage_name == name:
+            if m.stored and m.node.buffer.storage_name == name and not m.node.buffer.is_scatter:
                 ub = upper_bound(m.store_index, ranges)
                 ext = max(ext, ub + 1) if ub is not None else ext
         return int(ext)

@@ -115,7 +115,10 @@ class WrapperCode:
         from .common import kernel_args
 
         for m in k.members:
-            if m.stored and m.node.buffer.store_target is None:
+            if m.node.buffer.is_scatter:  # its kernel writes only the elements picked
+                self._alloc(m.node.buffer)
+                self.lines.append(f"    {self._scatter_init(m.node.buffer)}")
+            elif m.stored and m.node.buffer.store_target is None:
                 donor = self._in_place_donor(k, m, dying)
                 if donor:
                     self.taken.add(donor)
@@ -127,6 +130,12 @@ class WrapperCode:
         args = kernel_args(k)
         names = [self.allocated.get(n, n) for n in args.all()]
         self.lines.append("    " + self.launch_code(k, names))
+
+    def _scatter_init(self, buf: ir.ComputedBuffer) -> str:
+        init = buf.scatter_init
+        if isinstance(init, ir.TensorRef):
+            return f"{buf.name}.copy_({self.pyrepr(init)})"
+        return f"{buf.name}.fill_({self.pyrepr(init)})" if init else f"{buf.name}.zero_()"
 
     def _in_place_donor(self, k: FusedKernel, m, dying: list[str]) -> str | None:
         """An input this pointwise kernel reads last, in m's layout and only where

@@ -11,8 +11,9 @@ import torch.fx
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .. import ir
+from ..config import config
 from ..graph import Lazy, View, replayable
-from ..index import FloorDiv, linear_index, loop_vars, symbol
+from ..index import FloorDiv, contiguous_strides, linear_index, loop_vars, symbol
 from . import reduction
 from .registry import Unsupported, broadcast_load, is_tensor, make_pointwise, origins_of, out_val, register, upcast
 
@@ -21,9 +22,7 @@ aten = torch.ops.aten
 
 def _indirect(g, value: ir.Expr, size: int):
     """A fresh index symbol bound to `value`, negative indices wrapped."""
-    v = ir.cast(value, torch.int64)
-    neg = ir.op("lt", v, ir.const(0, torch.int64), dtype=torch.bool)
-    wrapped = ir.op("where", neg, ir.op("add", v, ir.const(size, torch.int64), dtype=torch.int64), v, dtype=torch.int64)
+    wrapped = _wrapped(ir.cast(value, torch.int64), size)
     g.indirect_count = getattr(g, "indirect_count", 0) + 1
     return symbol(f"ind{g.indirect_count - 1}"), wrapped
 
@@ -44,29 +43,46 @@ def index(g, node, x, indices):
 
         return Lazy(tuple(val.shape), val.dtype, direct, origins_of(g, node, x))
     x = _source(g, x, val)
-    idx_tensors = [indices[k] for k in positions]
-    if any(t.dtype == torch.bool for t in idx_tensors):
-        raise Unsupported("boolean mask indexing has a data-dependent shape")
-    bshape = torch.broadcast_shapes(*[t.size for t in idx_tensors])
-    adjacent = positions == list(range(positions[0], positions[-1] + 1))
-    rest = [d for d in range(x.ndim) if d not in positions]
-    first = positions[0] if adjacent else 0
-    size = tuple(val.shape)
-    nb = len(bshape)
+    picks = _Picks(x, indices)
 
     def body(out_idx):
-        b_idx = list(out_idx[first : first + nb])
-        others = list(out_idx[:first]) + list(out_idx[first + nb :])
-        full, binds = [None] * x.ndim, []
-        for d, i in zip(rest, others):
-            full[d] = i
-        for d, t in zip(positions, idx_tensors):
-            s, e = _indirect(g, broadcast_load(t, bshape, b_idx), x.size[d])
-            full[d] = s
-            binds.append((s, e))
+        full, binds = picks.position(g, out_idx)
         return _read(x, full, tuple(binds))
 
-    return Lazy(size, val.dtype, body, origins_of(g, node, *idx_tensors))
+    return Lazy(tuple(val.shape), val.dtype, body, origins_of(g, node, *picks.tensors))
+
+
+class _Picks:
+    """Advanced indexing x[indices]: which element of x each point of the result
+    (of `size`) is. The index tensors broadcast together; their dims land where
+    the first indexed dim was when the indexed dims are adjacent, else in front."""
+
+    def __init__(self, x, indices):
+        self.dims = [k for k, t in enumerate(indices) if t is not None]
+        self.tensors = [indices[k] for k in self.dims]
+        if any(t.dtype == torch.bool for t in self.tensors):
+            raise Unsupported("boolean mask indexing has a data-dependent shape")
+        self.x_size = tuple(x.size)
+        self.shape = tuple(torch.broadcast_shapes(*[t.size for t in self.tensors]))
+        self.rest = [d for d in range(len(x.size)) if d not in self.dims]
+        adjacent = self.dims == list(range(self.dims[0], self.dims[-1] + 1))
+        self.first = self.dims[0] if adjacent else 0
+        rest = [x.size[d] for d in self.rest]
+        self.size = tuple(rest[:self.first]) + self.shape + tuple(rest[self.first:])
+
+    def position(self, g, out_idx):
+        """(index of x, binds): each indexed dim a symbol bound to its index value."""
+        nb = len(self.shape)
+        b_idx = list(out_idx[self.first:self.first + nb])
+        others = list(out_idx[:self.first]) + list(out_idx[self.first + nb:])
+        full, binds = [None] * len(self.x_size), []
+        for d, i in zip(self.rest, others):
+            full[d] = i
+        for d, t in zip(self.dims, self.tensors):
+            s, e = _indirect(g, broadcast_load(t, self.shape, b_idx), self.x_size[d])
+            full[d] = s
+            binds.append((s, e))
+        return full, binds
 
 
 @register(aten.gather.default)
@@ -121,21 +137,53 @@ def _bind(e: ir.Expr, binds: tuple, memo: dict) -> ir.Expr:
 
 
 # scatter reads every index along the scatter dim for each output element: fine
-# for the few a backward pass has (nll_loss, gather), not for long ones
+# for the few a backward pass has (nll_loss, gather); longer ones are atomic scatters
 SCATTER_MAX_INDICES = 64
 
 
 @register(aten.scatter_add.default)
 def scatter_add(g, node, x, dim, index, src):
+    if _long_scatter(x, dim, index):
+        return _scatter_along(g, node, x, dim, index, src, accumulate=True)
     hits = _scatter_hits(g, node, x, dim, index, src, "sum")
     return make_pointwise(g, node, lambda a, h: ir.op("add", a, h, dtype=a.dtype), [x, hits])
 
 
 @register(aten.scatter.value)
 def scatter_value(g, node, x, dim, index, value):
+    if _long_scatter(x, dim, index):
+        return _scatter_along(g, node, x, dim, index, value, accumulate=False)
     hit = _scatter_hits(g, node, x, dim, index, None, "any")
     return make_pointwise(g, node, lambda h, a: ir.op("where", h, ir.const(value, a.dtype), a, dtype=a.dtype), [hit, x],
                           compute_dtype=[torch.bool, upcast(out_val(node).dtype)])
+
+
+@register(aten.scatter.src)
+def scatter_src(g, node, x, dim, index, src):
+    return _scatter_along(g, node, x, dim, index, src, accumulate=False)
+
+
+def _long_scatter(x, dim, index) -> bool:
+    return x.ndim > 0 and index.ndim == x.ndim and index.size[dim % x.ndim] > SCATTER_MAX_INDICES
+
+
+def _scatter_along(g, node, x, dim, index, src, accumulate: bool) -> View:
+    """torch.scatter(_add): src at each point of `index` lands in x where the
+    point is, its position along `dim` replaced by the index value there."""
+    dim = dim % max(x.ndim, 1)
+    if x.ndim == 0 or index.ndim != x.ndim:
+        raise Unsupported("scatter of a 0-d input, or with an index of another rank")
+    stride = contiguous_strides(x.size)
+    i64 = torch.int64
+
+    def place(idx):
+        at = _wrapped(ir.cast(index.load(list(idx)), i64), x.size[dim])
+        rest = sum((i * stride[d] for d, i in enumerate(idx) if d != dim), sympy.Integer(0))
+        return (ir.op("add", ir.index_value(rest), ir.op("mul", at, ir.const(stride[dim], i64), dtype=i64), dtype=i64),
+                _inside(at, x.size[dim]))
+
+    return _scatter_into(g, node, x, tuple(index.size), place, lambda idx: broadcast_load(src, index.size, idx),
+                         accumulate, origins_of(g, node, x, index, src))
 
 
 def _scatter_hits(g, node, x, dim, index, src, rtype):
@@ -228,11 +276,13 @@ def index_put(g, node, x, indices, values, accumulate=False):
     partition recomputes those indices: backend._constant_indices): each element
     of x gains the sum of its k-wide window of values, a reduction that fuses
     (ATen's scatter-add ran it: CPU, one thread, [8, 64, 64, 64] upsampled x2,
-    forward and backward, 110 ms). Other index_puts decline."""
+    forward and backward, 110 ms). Any other index_put is a scatter."""
     positions = [k for k, t in enumerate(indices) if t is not None]
-    ks = _window_pattern(node.args[1], positions, x) if accumulate and positions else None
+    if not positions:
+        raise Unsupported("index_put with no index tensors")
+    ks = _window_pattern(node.args[1], positions, x) if accumulate else None
     if ks is None:
-        raise Unsupported("index_put other than nearest upsampling's backward")
+        return _scatter(g, node, x, indices, values, accumulate)
     if list(values.size) != [s * ks[positions.index(d)] if d in positions else s for d, s in enumerate(x.size)]:
         raise Unsupported("index_put values that do not cover the windows")
     val = out_val(node)
@@ -248,6 +298,91 @@ def index_put(g, node, x, indices, values, accumulate=False):
     summed = reduction.reduce(g, node, Lazy(size, values.dtype, windows, origins), list(range(x.ndim, len(size))), "sum")
     cdt = upcast(val.dtype)
     return make_pointwise(g, node, lambda a, b: ir.op("add", a, b, dtype=cdt), [x, summed], compute_dtype=cdt)
+
+
+def _scatter(g, node, x, indices, values, accumulate: bool) -> View:
+    """index_put: `values` added at (or written to) x[indices]."""
+    picks = _Picks(x, indices)
+    stride = contiguous_strides(x.size)
+    i64 = torch.int64
+
+    def place(idx):
+        full, binds = picks.position(g, idx)
+        values_at = dict(binds)
+        target = ir.index_value(sum((full[d] * stride[d] for d in picks.rest), sympy.Integer(0)))
+        valid = None
+        for d in picks.dims:
+            at = values_at[full[d]]
+            inside = _inside(at, x.size[d])
+            valid = inside if valid is None else ir.op("logical_and", valid, inside, dtype=torch.bool)
+            target = ir.op("add", target, ir.op("mul", at, ir.const(stride[d], i64), dtype=i64), dtype=i64)
+        return target, valid
+
+    return _scatter_into(g, node, x, picks.size, place, lambda idx: broadcast_load(values, picks.size, idx),
+                         accumulate, origins_of(g, node, x, values, *picks.tensors))
+
+
+def _scatter_into(g, node, x, size, place, value, accumulate: bool, origins) -> View:
+    """x with value(idx) added at (or written to) the element place(idx) gives
+    (an offset into x laid out contiguously, and where it is valid), for every idx
+    of `size`: a copy of x (or a fill, where x is one number: embedding's backward
+    starts from zeros), then one kernel over `size` that adds each value to its
+    element atomically (TorchInductor's way; eager's CUDA kernels sort the indices
+    first). Indices out of range are skipped where eager raises; duplicates
+    without accumulate leave any one of their values, as eager does."""
+    if accumulate and torch.are_deterministic_algorithms_enabled():
+        raise Unsupported(f"{node.target} adds atomically, in no fixed order (torch.use_deterministic_algorithms is on)")
+    dtype = out_val(node).dtype
+    if accumulate and not _adds_atomically(g.device, dtype):
+        raise Unsupported(f"{node.target} accumulating {dtype}: no atomic add of it here")
+
+    def body(idx):
+        target, valid = place(idx)
+        return ir.scatter(target, ir.cast(value(idx), dtype), valid, accumulate)
+
+    init = _starting_contents(g, x)  # may store x first: a buffer named before this one
+    buf = g.register(ir.ComputedBuffer(
+        name=g.new_name(), size=tuple(x.size), stride=contiguous_strides(x.size), dtype=dtype, device=g.device,
+        kind="scatter", ranges=tuple(size), body=body, scatter_init=init, origins=origins, origin_ops=g.ops_of(origins)))
+    return View(buf, buf.size, buf.stride)
+
+
+def _wrapped(v: ir.Expr, size: int) -> ir.Expr:
+    """An index value, negative ones counted from the end."""
+    neg = ir.op("lt", v, ir.const(0, torch.int64), dtype=torch.bool)
+    return ir.op("where", neg, ir.op("add", v, ir.const(size, torch.int64), dtype=torch.int64), v, dtype=torch.int64)
+
+
+def _inside(v: ir.Expr, size: int) -> ir.Expr:
+    i64 = torch.int64
+    return ir.op("logical_and", ir.op("ge", v, ir.const(0, i64), dtype=torch.bool),
+                 ir.op("lt", v, ir.const(size, i64), dtype=torch.bool), dtype=torch.bool)
+
+
+def _adds_atomically(device, dtype) -> bool:
+    """Whether the kernels for `device` can add `dtype` into memory: C++ adds on
+    one thread; Triton has no atomic add of bools or 8- and 16-bit integers, and
+    one of bfloat16 only from Hopper on (as TorchInductor finds), not interpreted."""
+    if dtype == torch.bool:
+        return False
+    if device.type != "cuda" and config.cpu_target != "triton":
+        return True
+    if dtype in (torch.int8, torch.uint8, torch.int16):
+        return False
+    if dtype == torch.bfloat16:
+        return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
+    return True
+
+
+def _starting_contents(g, x):
+    """A scatter's start: x's value where it is one number everywhere (a fill),
+    else a window of the buffer x is stored in."""
+    if isinstance(x, Lazy) and x.realized is None:
+        with ir.reading_as(None):
+            e = x.load(loop_vars("i", x.ndim))
+        if e.op == "const":
+            return e.args[0]
+    return g.realize(x).ref()
 
 
 @register(aten.copy_.default)

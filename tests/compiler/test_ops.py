@@ -401,7 +401,8 @@ def test_scans(check_compiled, target, dtype, shape):
 def test_scan_consumers_join_its_kernel(check_compiled, shape):
     """Pointwise consumers of a scan's values are computed with them, in the
     scan's loop: positions from a mask's cumsum, an exclusive cumsum, a scan
-    along a strided dim and its exp, each one kernel."""
+    along a strided dim and its exp, each one kernel that writes its output once
+    (the scan's own values stay in registers)."""
     torch.manual_seed(10)
     x, m = rand(shape, torch.float32), torch.rand(shape) > 0.3
     cases = {
@@ -412,6 +413,8 @@ def test_scan_consumers_join_its_kernel(check_compiled, shape):
     for name, (fn, args) in cases.items():
         cap = check_compiled(fn, *args, tol=dict(rtol=1e-4, atol=1e-3))
         assert [k.name.split("_")[1] for k in cap.kernels] == ["scan"], (name, [k.name for k in cap.kernels])
+        out = fn(*args)
+        assert cap.kernels[0].bytes_written == out.numel() * out.element_size(), name
 
 
 @pytest.mark.filterwarnings("ignore:All-NaN")  # numpy's, in Triton's interpreter

@@ -353,8 +353,8 @@ class Block(nn.Module):
 
 def test_transformer_block_grads_equal_eager():
     """Attention is an extern whose output is strided like its (computed) inputs:
-    they must be laid out as eager had them. The embedding's gradient
-    (index_put with accumulate) is the one op left to ATen."""
+    they must be laid out as eager had them. The embedding's gradient (index_put
+    with accumulate) is a scatter kernel of ours: nothing is left to ATen."""
     torch.manual_seed(3)
     model = Block()
     ref = copy.deepcopy(model)
@@ -371,7 +371,43 @@ def test_transformer_block_grads_equal_eager():
     torch.testing.assert_close(loss, ref_loss, **TOL)
     assert_grads_equal(model, ref)
     assert any("attention" in e.op for e in cap.externs)
-    assert {f.op for f in cap.fallbacks} <= {"aten.index_put.default"}, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    assert any("_scatter_" in k.name for g in cap.graphs if g.kind == "backward" for k in g.kernels)
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+def test_embedding_backward_is_a_scatter(target, deterministic):
+    """Embedding's gradient adds each row of the output gradient into the row its
+    token picks (repeated tokens add up, the padding token gets nothing): one
+    scatter kernel of ours after a fill, on every target, equal to eager's. Under
+    torch.use_deterministic_algorithms it is left to ATen, whose order is fixed
+    (atomic adds have none), and the fallback says why."""
+    torch.manual_seed(5)
+    device = "cuda" if target == "cuda" else "cpu"
+    emb = nn.Embedding(300, 24, padding_idx=3).to(device)
+    ref = copy.deepcopy(emb)
+    tokens = torch.randint(0, 300, (5, 77), device=device)
+    tokens[0, :9] = 3  # the padding token, and a token repeated many times
+    tokens[1, :40] = 7
+
+    def step(m, tokens):
+        return (m(tokens).sin() * torch.arange(24, device=tokens.device)).sum()
+
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        with compiler.config.patch(cpu_target="triton" if target == "triton" else "cpp"), compiler.capture() as cap:
+            torch.compile(step, backend="fusion")(emb, tokens).backward()
+    finally:
+        torch.use_deterministic_algorithms(before)
+    step(ref, tokens).backward()
+    torch.testing.assert_close(emb.weight.grad, ref.weight.grad, **TOL)
+    backward = [g for g in cap.graphs if g.kind == "backward"]
+    scatters = [k for g in backward for k in g.kernels if "_scatter_" in k.name]
+    if deterministic:
+        assert not scatters and any("deterministic" in f.reason for f in cap.fallbacks), cap.fallbacks
+    else:
+        assert len(scatters) == 1 and not cap.fallbacks, ([k.name for g in backward for k in g.kernels], cap.fallbacks)
 
 
 def test_conv_batch_norm_training_grads_and_running_stats():

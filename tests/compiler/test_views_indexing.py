@@ -248,6 +248,43 @@ def test_indirect_reads(check_compiled, dtype):
     no_fallbacks(cap)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int32, torch.int64],
+                         ids=["float32", "float16", "int32", "int64"])
+def test_index_put_scatters(check_compiled, dtype):
+    """index_put, with accumulate or not, index_add, scatter with a src and
+    scatter_add with more indices along its dim than a reduction over them would
+    take are scatter kernels of ours (x copied, or filled where it is one number,
+    then each value added to or written at the element its indices pick):
+    duplicates add up, negative indices count from the end, index dims split by
+    a slice or broadcast against values."""
+    torch.manual_seed(4)
+    x, v = rand((6, 5, 7), dtype), rand((80, 5, 7), dtype)
+    i = torch.randint(-6, 6, (40,))  # duplicates, negative
+    j = torch.randint(0, 7, (40,), dtype=torch.int32)
+    k = torch.randint(0, 5, (9,))
+    u = torch.randperm(6)[:4]  # unique: a plain write leaves no choice of value
+    long = torch.randint(0, 6, (80, 5, 7))  # 80 indices along dim 0
+    perm = torch.rand(6, 5, 7).argsort(1)  # unique along dim 1
+    put = torch.ops.aten.index_put
+    table = {
+        "x[i] += v (duplicates)": lambda x, v, i, j, k, u, long, perm: put(x, [i], v[:40], True),
+        "x[i, :, j] += v (split index dims)": lambda x, v, i, j, k, u, long, perm: put(x, [i, None, j], v[:40, :, 0], True),
+        "x[:, k] += v[0, 0] (broadcast values)": lambda x, v, i, j, k, u, long, perm: put(x, [None, k], v[0, 0], True),
+        "x[u] = v (a write)": lambda x, v, i, j, k, u, long, perm: put(x, [u], v[:4], False),
+        "(x * 2)[i] += v (into a computed value)": lambda x, v, i, j, k, u, long, perm: put(x * 2, [i], v[:40], True),
+        "zeros[i] += v (a fill)": lambda x, v, i, j, k, u, long, perm: put(torch.zeros_like(x), [i], v[:40], True),
+        "index_add": lambda x, v, i, j, k, u, long, perm: torch.index_add(x, 1, k, v.reshape(-1, 7)[:54].reshape(6, 9, 7)),
+        "scatter_add(dim=0, 80 indices)": lambda x, v, i, j, k, u, long, perm: torch.scatter_add(x, 0, long, v),
+        "scatter(dim=1, src)": lambda x, v, i, j, k, u, long, perm: torch.scatter(x, 1, perm, v[:6]),
+    }
+    fns = list(table.values())
+    tol = dict(rtol=1e-2, atol=1e-2) if dtype == torch.float16 else None  # adds in another order
+    cap = check_compiled(lambda *a: tuple(f(*a) for f in fns), x, v, i, j, k, u, long, perm, names=list(table), tol=tol)
+    no_fallbacks(cap)
+    scatters = [kn for kn in cap.kernels if "_scatter_" in kn.name]
+    assert len(scatters) == len(table), [kn.name for kn in cap.kernels]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 def test_indirect_reads_of_computed_values(check_compiled, dtype):
     """A gather or index of a computed value recomputes it at the elements read
