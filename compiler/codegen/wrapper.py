@@ -17,7 +17,9 @@ class WrapperCode:
     def __init__(self, graph, sched, launch_code, in_place: bool = False):
         """launch_code(kernel_step, arg_names) -> one line of Python launching it.
         in_place: a pointwise kernel may write its output over an input it is the
-        last to read (the backend's kernels must allow aliased pointers)."""
+        last to read (the backend's kernels must allow aliased pointers). A
+        scatter takes over the buffer it starts from on any backend: its
+        kernel does not read that buffer."""
         self.g = graph
         self.sched = sched
         self.launch_code = launch_code
@@ -74,7 +76,7 @@ class WrapperCode:
         outputs = {o.buffer.name for o in g.outputs if isinstance(o, View)}
         for pos, step in enumerate(self.sched.steps):
             if isinstance(step, FusedKernel):
-                dying = [n for n in last_use.get(pos, []) if n not in outputs and n in self.allocated] if self.in_place else []
+                dying = [n for n in last_use.get(pos, []) if n not in outputs and n in self.allocated]
                 self._kernel(step, dying)
             else:
                 self._extern(step)
@@ -115,11 +117,10 @@ class WrapperCode:
         from .common import kernel_args
 
         for m in k.members:
-            if m.node.buffer.is_scatter:  # its kernel writes only the elements picked
-                self._alloc(m.node.buffer)
-                self.lines.append(f"    {self._scatter_init(m.node.buffer)}")
+            if m.node.buffer.is_scatter:
+                self._scatter_start(k, m.node.buffer, dying)
             elif m.stored and m.node.buffer.store_target is None:
-                donor = self._in_place_donor(k, m, dying)
+                donor = self._in_place_donor(k, m, dying) if self.in_place else None
                 if donor:
                     self.taken.add(donor)
                     dying.remove(donor)
@@ -130,6 +131,25 @@ class WrapperCode:
         args = kernel_args(k)
         names = [self.allocated.get(n, n) for n in args.all()]
         self.lines.append("    " + self.launch_code(k, names))
+
+    def _scatter_start(self, k: FusedKernel, buf: ir.ComputedBuffer, dying: list[str]):
+        """A scatter's kernel writes only the elements its indices pick: the rest it
+        starts from. That is the buffer it copies itself, where that buffer dies at
+        this kernel and the kernel reads none of it (a chain of index_puts, an
+        index_put into a value computed for it): no copy. Else a fresh copy or fill."""
+        init = buf.scatter_init
+        src = self.buffers.get(init.buffer) if isinstance(init, ir.TensorRef) else None
+        fresh = isinstance(src, ir.ComputedBuffer) or (isinstance(src, ir.ExternCall) and src.kind == "extern" and src.outputs == 1)
+        if (fresh and init.is_whole and init.buffer in dying
+                and (tuple(src.size), tuple(src.stride), src.dtype) == (tuple(buf.size), tuple(buf.stride), buf.dtype)
+                and not any(init.buffer in m.reads for m in k.members)):
+            self.taken.add(init.buffer)
+            dying.remove(init.buffer)
+            self.lines.append(f"    {buf.name} = {self.allocated[init.buffer]}  # in place of {init.buffer}")
+            self.allocated[buf.name] = buf.name
+            return
+        self._alloc(buf)
+        self.lines.append(f"    {self._scatter_init(buf)}")
 
     def _scatter_init(self, buf: ir.ComputedBuffer) -> str:
         init = buf.scatter_init
@@ -166,13 +186,13 @@ class WrapperCode:
 
     def _last_uses(self) -> dict[int, list[str]]:
         """step position -> buffers whose last reader is that step."""
-        from ..scheduler import _deps
+        from ..scheduler import _deps, _scatter_source
         from .common import kernel_args
 
         last: dict[str, int] = {}
         for pos, step in enumerate(self.sched.steps):
-            if isinstance(step, FusedKernel):
-                reads = kernel_args(step).inputs
+            if isinstance(step, FusedKernel):  # and what its scatters copy before it runs
+                reads = kernel_args(step).inputs + [n for m in step.members for n in _scatter_source(m.node.buffer)]
             else:
                 reads = _deps(step.buffer)
             for n in reads:

@@ -3,6 +3,7 @@
 windows) and writes back into graph inputs (functionalized in-place ops)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import sympy
@@ -343,8 +344,33 @@ def _scatter_into(g, node, x, size, place, value, accumulate: bool, origins) -> 
     init = _starting_contents(g, x)  # may store x first: a buffer named before this one
     buf = g.register(ir.ComputedBuffer(
         name=g.new_name(), size=tuple(x.size), stride=contiguous_strides(x.size), dtype=dtype, device=g.device,
-        kind="scatter", ranges=tuple(size), body=body, scatter_init=init, origins=origins, origin_ops=g.ops_of(origins)))
+        kind="scatter", ranges=tuple(size), reduction_type="sum" if accumulate else None, body=body,
+        scatter_init=init, origins=origins, origin_ops=g.ops_of(origins)))
     return View(buf, buf.size, buf.stride)
+
+
+def add_into_scatter(g, node, a, b) -> View | None:
+    """a + b where one of them is a scatter that adds into zeros and only this
+    add reads it: that scatter adds into the other instead (in place where the
+    other dies there), with no fill and no add. Gradients of a weight read in
+    several places sum so: a tied embedding's (the head's matmul plus the
+    embedding's backward), bilinear upsampling's (four corners). None otherwise."""
+    for s, s_node, other in ((b, node.args[1], a), (a, node.args[0], b)):
+        buf = s.buffer if isinstance(s, View) else None
+        if not (isinstance(buf, ir.ComputedBuffer) and buf.is_scatter and buf.reduction_type == "sum"):
+            continue
+        if isinstance(buf.scatter_init, ir.TensorRef) or buf.scatter_init != 0 or not s.ref().is_whole:
+            continue
+        if len(s_node.users) != 1 or not is_tensor(other) or tuple(other.size) != tuple(buf.size):
+            continue
+        if not other.dtype == buf.dtype == out_val(node).dtype:
+            continue
+        init = _starting_contents(g, other)
+        origins = tuple(dict.fromkeys(origins_of(g, node, other) + buf.origins))
+        new = g.register(dataclasses.replace(buf, name=g.new_name(), scatter_init=init, origins=origins,
+                                             origin_ops=g.ops_of(origins)))
+        return View(new, new.size, new.stride)
+    return None
 
 
 def _wrapped(v: ir.Expr, size: int) -> ir.Expr:

@@ -7,6 +7,7 @@ import torch
 
 from .. import ir
 from ..graph import Lazy
+from . import indexing
 from .registry import Unsupported, is_tensor, make_pointwise, out_val, promote, register, upcast
 
 aten = torch.ops.aten
@@ -69,6 +70,10 @@ def _binary(name):
             return make_pointwise(g, node, _op(BOOL_BINARY[name]), [a, b])
         if alpha is not None and alpha != 1:
             return make_pointwise(g, node, lambda x, y: ir.op(name, x, ir.op("mul", y, ir.const(alpha, y.dtype), dtype=y.dtype), dtype=x.dtype), [a, b])
+        if name == "add":
+            folded = indexing.add_into_scatter(g, node, a, b)
+            if folded is not None:
+                return folded
         return make_pointwise(g, node, _op(name), [a, b])
 
     return lower

@@ -433,6 +433,55 @@ def test_conv_batch_norm_training_grads_and_running_stats():
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
 
 
+class TiedEmbedding(nn.Module):
+    """A token embedding that is also the output head (as GPT-2's)."""
+
+    def __init__(self, vocab=97, d=16):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+
+    def forward(self, tokens):
+        return self.emb(tokens).tanh() @ self.emb.weight.T
+
+
+@pytest.mark.parametrize("case", ["tied embedding", "bilinear upsampling"])
+def test_scatters_into_zeros_add_into_one_buffer(target, case):
+    """A gradient summed from a scatter into zeros and another term is that
+    scatter adding into the other term, in place: a tied embedding's (the head's
+    matmul, then the embedding's backward adds its rows into it) and bilinear
+    upsampling's (four corners, each a scatter into the one buffer filled once).
+    No add kernel, no fill but the first, gradients equal to eager's."""
+    torch.manual_seed(7)
+    device = "cuda" if target == "cuda" else "cpu"
+    if case == "tied embedding":
+        model = TiedEmbedding().to(device)
+        tokens = torch.randint(0, 97, (4, 13), device=device)
+        args, fills, scatters = (tokens,), 0, 1
+
+        def step(m, t):
+            return F.cross_entropy(m(t).flatten(0, 1), t.flatten())
+    else:
+        model = nn.Upsample(scale_factor=2, mode="bilinear").to(device)
+        args, fills, scatters = (torch.randn(2, 3, 9, 11, device=device, requires_grad=True),), 1, 4
+
+        def step(m, x):
+            return (m(x).sin() * 3).sum()
+    ref = copy.deepcopy(model)
+    leaves = [p for p in model.parameters()] or [a for a in args if a.requires_grad]
+    with compiler.config.patch(cpu_target="triton" if target == "triton" else "cpp"), compiler.capture() as cap:
+        grads = torch.autograd.grad(torch.compile(step, backend="fusion")(model, *args), leaves)
+    ref_leaves = [p for p in ref.parameters()] or leaves
+    ref_grads = torch.autograd.grad(step(ref, *args), ref_leaves)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, **TOL)
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    backward = next(g for g in cap.graphs if g.kind == "backward")
+    names = [k.name for k in backward.kernels]
+    assert sum("_scatter_" in n for n in names) == scatters, names
+    assert not any(n.split("_")[1] == "poi" for n in names), names  # no add
+    assert backward.wrapper_source.count(".zero_()") == fills, backward.wrapper_source
+
+
 @pytest.mark.parametrize("shape,scale", [((2, 3, 7), 3), ((2, 3, 5, 7), 2), ((2, 3, 5, 7), (4, 1)),
                                          ((1, 2, 3, 4, 5), (2, 3, 1))], ids=["1d x3", "2d x2", "2d (4,1)", "3d (2,3,1)"])
 def test_nearest_upsampling_and_its_backward_fuse(target, shape, scale):
@@ -441,7 +490,7 @@ def test_nearest_upsampling_and_its_backward_fuse(target, shape, scale):
     backward (index_put with accumulate at those indices, recomputed from aranges
     in the backward) a sum over each input position's window, one kernel with the
     gradient it sums. Before, ATen ran the backward as a scatter-add. A size that
-    is no whole multiple (12 from 8) still matches eager, through ATen."""
+    is no whole multiple (12 from 8) still matches eager, through a scatter."""
     torch.manual_seed(6)
     device = "cuda" if target == "cuda" else "cpu"
     x = torch.randn(shape, device=device, requires_grad=True)
