@@ -658,7 +658,7 @@ class TritonKernel:
                 self._member(c, {}, body, "    ")
             return
         body.append(f"    carry = tl.full([XBLOCK, 1], {REDUCTION_INIT[rt](t)}, {TL_DTYPE[t]})")
-        body.append(f"    for roffset in range(0, rnumel, {self._rstep()}):")
+        body.append(f"    for roffset in range(0, {self.rnumel}, {self._rstep()}):")  # a literal: see _rstep
         ind = "        "
         self._r_vars(body, ind, "roffset")
         body.append(f"{ind}block = {self._masked(m, self.emit(m.value, {}, body, ind))}")
