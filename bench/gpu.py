@@ -262,6 +262,10 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
     def ids(n, high):
         return torch.randint(0, high, (n,), device=device)
 
+    def moe_router(logits):
+        weights, experts = logits.softmax(-1).topk(2)
+        return weights / weights.sum(-1, keepdim=True), experts
+
     def adam_like(p, g, m, v):
         m = 0.9 * m + 0.1 * g
         v = 0.999 * v + 0.001 * g * g
@@ -305,6 +309,10 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
         Workload("mean(1) [64,4096,1024] bf16", lambda: (lambda x: x.mean(1), (rnd(s(64), 4096, 1024),))),
         Workload("embedding_layer_norm [8192]x4096 bf16", lambda: (lambda e, n: (
             lambda i: n(e(i)), (ids(R, V),)))(emb(), ln()), memory_bound=False),
+        Workload("moe router top2 [16384,64] fp32", lambda: (moe_router, (rnd(s(16384), 64, dtype=torch.float32),)),
+                 memory_bound=False),  # fp32: bf16 weights tie, and ties may pick other experts
+        Workload("sort(-1) [16384,256] fp32", lambda: (
+            lambda x: x.sort(-1), (rnd(s(16384), 256, dtype=torch.float32),)), memory_bound=False),
         Workload("embedding backward [8192]x768 -> 50257 fp32", lambda: (
             lambda g, i: torch.ops.aten.embedding_dense_backward(g, i, 50257, -1, False),
             (rnd(s(8192), 768, dtype=torch.float32), ids(s(8192), 50257)))),

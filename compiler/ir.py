@@ -105,6 +105,12 @@ def cast(x: Expr, dtype: torch.dtype) -> Expr:
     return Expr("cast", (x,), dtype)
 
 
+def bitcast(x: Expr, dtype: torch.dtype) -> Expr:
+    """x's bits read as `dtype` (of the same size)."""
+    assert x.dtype.itemsize == dtype.itemsize, (x.dtype, dtype)
+    return Expr("bitcast", (x,), dtype)
+
+
 def op(name: str, *args: Expr, dtype: torch.dtype) -> Expr:
     return Expr(name, tuple(args), dtype)
 
@@ -195,6 +201,8 @@ class ComputedBuffer(Buffer):
     out_index: Callable[[Sequence[sympy.Expr]], sympy.Expr] | None = None
     # a scatter's starting contents: a window of a buffer to copy, or a number to fill with
     scatter_init: Any = 0
+    # a sort's leading elements a row that are read (topk's k): the rest may stay unsorted
+    sort_keep: int = 0
 
     @property
     def is_reduction(self) -> bool:

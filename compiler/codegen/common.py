@@ -20,10 +20,14 @@ INFIX_OPS = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or
 
 # a scan's combine, as an infix operator (C++ and Triton both)
 SCAN_OPS = {"sum": "+", "prod": "*"}
+# scans that sort a row's keys (lowerings.sorting) rather than combine them
+SORTS = ("sort_asc", "sort_desc")
 
 
 def kernel_name(target: str, kernel: FusedKernel, index: int) -> str:
-    kind = "scan" if kernel.is_scan else "scatter" if kernel.is_scatter else "red" if kernel.is_reduction else "poi"
+    kind = "scatter" if kernel.is_scatter else "red" if kernel.is_reduction and not kernel.is_scan else "poi"
+    if kernel.is_scan:
+        kind = "sort" if kernel.members[0].node.buffer.reduction_type in SORTS else "scan"
     ops = sorted(dict.fromkeys(_short(o) for o in kernel.origin_ops()))
     return f"{target}_{kind}_fused_{'_'.join(ops[:MAX_NAME_OPS])}_{index}"
 
@@ -81,7 +85,7 @@ def bytes_moved(kernel: FusedKernel, buffers: dict) -> tuple[int, int]:
     for m in kernel.members:
         if not m.stored:
             continue
-        elements = m.node.numel * m.node.rnumel if m.node.is_scan else m.node.numel
+        elements = m.node.numel * (m.node.buffer.sort_keep or m.node.rnumel) if m.node.is_scan else m.node.numel
         if m.node.buffer.is_scatter:  # at most every element once (the fill before it is ATen's)
             elements = min(elements, m.node.buffer.numel)
         written += elements * m.node.buffer.dtype.itemsize

@@ -25,7 +25,7 @@ from .. import ir
 from ..index import fold_divmod, simplify_with_ranges, upper_bound
 from ..scheduler import R, X, FusedKernel, Member, online_softmax_sums
 from . import triton_config
-from .common import SCAN_OPS, kernel_args, member_order
+from .common import SCAN_OPS, SORTS, kernel_args, member_order
 from .triton_ops import (FP32_HELPERS, REDUCTION_INIT, TL_DTYPE, binary, helper_sources, literal, takes_tensors_only,
                          texpr, unary)
 
@@ -311,6 +311,8 @@ class TritonKernel:
         args = [cse[a] for a in s.args if isinstance(a, ir.Expr)]
         if s.op == "cast":
             return self._cast(args[0], s.args[0].dtype, t)
+        if s.op == "bitcast":
+            return Value(f"{self.full(args[0], args[0].axes, s.args[0].dtype)}.to({TL_DTYPE[t]}, bitcast=True)", args[0].axes)
         if not any(a.tensor for a in args):  # constant-only: make one operand a tensor
             args[0] = self.as_tensor(args[0], s.args[0].dtype)
         axes = frozenset().union(*[a.axes for a in args])
@@ -402,6 +404,8 @@ class TritonKernel:
         mask = self.mask(axes)
         if self.plan.coop and "r" not in axes:  # a row's value: stored by its first slice
             mask = "split == 0"
+        if 0 < buf.sort_keep < self.rnumel:  # topk: only the first k keys a row are read
+            mask = f"{mask} & (rindex < {buf.sort_keep})" if mask else f"rindex < {buf.sort_keep}"
         where = self._index_code(idx)
         if self.index_axes(idx, {}) != frozenset(axes):  # the pointers must cover the whole block
             where = f"{where} + tl.full({self.shape(axes)}, 0, tl.int32)"
@@ -641,14 +645,23 @@ class TritonKernel:
         32000] 71.0 / 229.0 / 89.1; cumsum(0) fp32 [4096, 4096] 67.4 / 1478.7 / 361.7."""
         m, *consumers = self.k.members
         rt, t = m.node.buffer.reduction_type, m.value.dtype
-        combine = {"sum": "_add", "prod": "_prod"}[rt]
         self.regs[m.node.name] = Value("scanned", frozenset({"x", "r"}))
-        self.helpers.add(combine)
         body += [f"    xnumel = {self.xnumel}", f"    rnumel = {self.rnumel}",
                  f"    xindex = {self._pid()} * XBLOCK + tl.arange(0, XBLOCK)[:, None]"]
         if self.need_mask["x"]:
             body.append("    xmask = xindex < xnumel")
         body += ["    x0 = xindex", "    rbase = tl.arange(0, RBLOCK)[None, :]"]
+        if rt in SORTS:  # keys of a row held in registers (the plan's), padded to sort last
+            self._r_vars(body, "    ", None)
+            block = self._masked(m, self.emit(m.value, {}, body, "    "))
+            self.helpers.add("_sort_rows")
+            body.append(f"    scanned = _sort_rows({block}, {rt == 'sort_desc'})")
+            self.store(m, self.regs[m.node.name], body, "    ")
+            for c in consumers:
+                self._member(c, {}, body, "    ")
+            return
+        combine = {"sum": "_add", "prod": "_prod"}[rt]
+        self.helpers.add(combine)
         if self.plan.persistent:
             self._r_vars(body, "    ", None)
             block = self._masked(m, self.emit(m.value, {}, body, "    "))

@@ -24,6 +24,7 @@ from ..config import config
 from ..index import FloorDiv, ModularIndexing, simplify_with_ranges, symbol
 from ..runtime.triton_build import interpreting
 from ..scheduler import REDUCTIONS_THAT_SPLIT, R, X, FusedKernel, layout_deciding
+from .common import SORTS
 
 SM_COUNT = 132  # H100 / H200
 AUTOTUNE_MIN_ELEMENTS = 1 << 22  # smaller kernels run their first guess
@@ -199,7 +200,8 @@ def _scan_plan(kernel: FusedKernel, gpu: bool, itemsize: int) -> Plan:
     rblock = pow2(rn)
     inner = reduces_contiguous(kernel)
     limit = PERSISTENT_MAX_RBLOCK.get(min(itemsize, 8), 4096) if inner else OUTER_PERSISTENT_MAX_RBLOCK
-    if rblock <= limit:
+    sort = any(m.node.buffer.reduction_type in SORTS for m in kernel.members)
+    if rblock <= limit or sort:  # a sort holds its row (the lowering keeps it short)
         return Plan(True, persistent=True, configs=[_persistent_config(xn, rblock, inner, gpu, itemsize)])
     if not gpu:
         rb = min(rblock, 1024)

@@ -275,6 +275,12 @@ def _prod(a, b):
 def _add(a, b):
     return a + b
 """,
+    # a sort of each row of a block (the interpreter, which cannot run Triton's own
+    # compiled tl.sort, takes InterpretedSort instead: runtime/triton_build.py)
+    "_sort_rows": """@triton.jit
+def _sort_rows(x, descending: tl.constexpr):
+    return tl.sort(x, 1, descending)
+""",
     # a loop's accumulator update, b from a later position than a: a stays where it
     # is as large (the earlier position wins a tie) or NaN (the first NaN wins).
     # Five ops an element, not the combiner's fourteen (H200, argmax over [2048,
@@ -402,5 +408,7 @@ REDUCTION_INIT = {
     "any": lambda t: "False",
     "all": lambda t: "True",
 }
+REDUCTION_INIT["sort_asc"] = REDUCTION_INIT["min"]  # a sort's padding: keys that sort last
+REDUCTION_INIT["sort_desc"] = REDUCTION_INIT["max"]
 REDUCTION_INIT["argmax"] = REDUCTION_INIT["max"]
 REDUCTION_INIT["argmin"] = REDUCTION_INIT["min"]

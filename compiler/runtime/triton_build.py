@@ -87,6 +87,8 @@ def load_module(name: str, source: str, interpret: bool):
                 spec.loader.exec_module(mod)
             if interpret:
                 mod.libdevice = InterpretedLibdevice()
+                if hasattr(mod, "_sort_rows"):
+                    mod._sort_rows = interpreted_sort_rows
             _modules[(key, interpret)] = mod
     return mod, path, hit
 
@@ -113,6 +115,19 @@ class InterpretedLibdevice:
             return tl.tensor(TensorHandle(out, scalar), ty)
 
         return call
+
+
+def interpreted_sort_rows(x, descending):
+    """_sort_rows for the interpreter: Triton's tl.sort is compiled code, which
+    it cannot run; numpy sorts the block's rows."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    out = np.sort(np.asarray(x.handle.data), axis=1)
+    if bool(getattr(descending, "value", descending)):
+        out = out[:, ::-1]
+    return tl.tensor(TensorHandle(np.ascontiguousarray(out), x.dtype.scalar), x.type)
 
 
 # -- launchers ------------------------------------------------------------------------------

@@ -397,6 +397,68 @@ def test_scans(check_compiled, target, dtype, shape):
     assert len(scans) == len(table) - (size[0] == 1 if size else len(table)), [k.name for k in cap.kernels]
 
 
+SORT_DTYPES = [torch.float32, torch.bfloat16, torch.int32, torch.int8]
+
+
+@pytest.mark.parametrize("dtype", SORT_DTYPES, ids=dtype_id)
+def test_sort_and_topk(check_compiled, target, dtype):
+    """sort (stable or not, either way) and topk (largest or smallest) along every
+    dim of rows off every block size, NaN first where largest (as eager), ties in
+    their order: a sort kernel each (keys of value and position sorted in
+    registers), topk's first k read out by a second; none left to ATen.
+    Unstable orders of equal values may differ from eager's: those compare the
+    values the indices pick, a stable sort its indices too."""
+    torch.manual_seed(11)
+    x = rand((37, 50), dtype)
+    if dtype == torch.float32:
+        x[3, 7] = x[5, :4] = float("nan")
+        x[6, 1], x[6, 2] = 0.0, -0.0
+    y = rand((3, 5, 7), dtype)
+    picked = {}
+
+    def pick(name, f, d):  # values, and the values the indices point at
+        picked[name] = lambda x, y: (lambda vi, t: (vi[0], t.gather(d, vi[1])))(f(x, y), x if name[0] != "3" else y)
+
+    pick("sort(-1)", lambda x, y: x.sort(-1), -1)
+    pick("sort(0, descending)", lambda x, y: x.sort(0, descending=True), 0)
+    pick("topk(5)", lambda x, y: x.topk(5), -1)
+    pick("topk(1, dim=0, smallest)", lambda x, y: x.topk(1, 0, largest=False), 0)
+    pick("3-D topk(4, dim=1)", lambda x, y: y.topk(4, 1), 1)
+    pick("3-D sort(2, descending)", lambda x, y: y.sort(2, descending=True), 2)
+    table = dict(picked)
+    table["sort(-1, stable) indices"] = lambda x, y: torch.sort(x, dim=-1, stable=True)[1]
+    table["sort(0, stable, descending) indices"] = lambda x, y: torch.sort(y, dim=0, stable=True, descending=True)[1]
+    fns = list(table.values())
+    cap = check_compiled(lambda x, y: tuple(f(x, y) for f in fns), x, y, names=list(table))
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    assert sum("_sort_" in k.name for k in cap.kernels) >= 6, [k.name for k in cap.kernels]
+
+
+def test_moe_routing_and_long_rows(check_compiled, target):
+    """A mixture-of-experts router: softmax over 64 experts, the top 2, their
+    weights renormalized: ours end to end, the sort writing only the 2 keys a
+    row that are read. Rows too long for a Triton block (over 512) are left to
+    ATen there, with the reason; C++ sorts them."""
+    torch.manual_seed(12)
+    logits = torch.randn(300, 64)
+
+    def route(logits):
+        w, experts = logits.softmax(-1).topk(2)
+        return w / w.sum(-1, keepdim=True), experts
+
+    cap = check_compiled(route, logits)
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    sorts = [k for k in cap.kernels if "_sort_" in k.name]
+    assert [k.bytes_written for k in sorts] == [300 * 2 * 8], [(k.name, k.bytes_written) for k in cap.kernels]
+    torch._dynamo.reset()
+    cap = check_compiled(lambda x: x.sort(-1)[0], torch.randn(4, 3000))
+    if target == "cpp":
+        assert not cap.fallbacks and [k.name.split("_")[1] for k in cap.kernels] == ["sort"]
+    else:
+        assert [f.op for f in cap.fallbacks] == ["aten.sort.default"], cap.fallbacks
+        assert "512" in cap.fallbacks[0].reason
+
+
 @pytest.mark.parametrize("shape", [(37, 300), (3, 5000), (2000, 3)])
 def test_scan_consumers_join_its_kernel(check_compiled, shape):
     """Pointwise consumers of a scan's values are computed with them, in the
@@ -557,11 +619,11 @@ def test_attention_extern_on_computed_inputs(check_compiled):
 @pytest.mark.parametrize(
     "name, fn, op",
     [
-        ("topk", lambda x: torch.topk(x + 1, 3, 1).values * 2, "aten.topk.default"),
-        ("sort", lambda x: torch.sort(x.sin(), 1).values * 2, "aten.sort.default"),
+        ("median", lambda x: torch.median(x + 1, 1).values * 2, "aten.median.dim"),
+        ("kthvalue", lambda x: torch.kthvalue(x.sin(), 3, 1).values * 2, "aten.kthvalue.default"),
         ("round(decimals)", lambda x: torch.round(x.exp(), decimals=2) - 1, "aten.round.decimals"),
     ],
-    ids=["topk", "sort", "round-decimals"],
+    ids=["median", "kthvalue", "round-decimals"],
 )
 def test_unsupported_op_falls_back(check_compiled, name, fn, op):
     """An op with no lowering runs through ATen: correct, listed with a reason,
