@@ -25,9 +25,10 @@ SORTS = ("sort_asc", "sort_desc")
 
 
 def kernel_name(target: str, kernel: FusedKernel, index: int) -> str:
-    kind = "scatter" if kernel.is_scatter else "red" if kernel.is_reduction and not kernel.is_scan else "poi"
     if kernel.is_scan:
         kind = "sort" if kernel.members[0].node.buffer.reduction_type in SORTS else "scan"
+    else:
+        kind = "scatter" if kernel.is_scatter else "red" if kernel.is_reduction else "poi"
     ops = sorted(dict.fromkeys(_short(o) for o in kernel.origin_ops()))
     return f"{target}_{kind}_fused_{'_'.join(ops[:MAX_NAME_OPS])}_{index}"
 

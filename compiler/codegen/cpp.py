@@ -769,7 +769,7 @@ class CppKernel:
         keep = m.node.buffer.sort_keep or n
         self.block = 0
         indent = self._loops_open(body, parallel, simd_inner=False)
-        # long rows on the heap: a thread's stack is small
+        # long rows in a per-thread static array: a thread's stack is small
         body.append(f"{indent}static thread_local int64_t keys[{n}];" if n * 8 > SORT_STACK_BYTES
                     else f"{indent}int64_t keys[{n}];")
         body.append(f"{indent}for (int64_t r0 = 0; r0 < {n}; r0++)")

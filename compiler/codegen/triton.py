@@ -637,7 +637,8 @@ class TritonKernel:
             self._combine_splits(row_cse, body)
 
     def _render_scan(self, body: list[str]):
-        """A running sum or product along r: one block's tl.associative_scan where
+        """A sort of a row's keys (lowerings.sorting), held in one block; or
+        a running sum or product along r: one block's tl.associative_scan where
         the row fits it; else, step by step, each step's scan combined with the
         running value of the steps before it (`carry`); its pointwise consumers
         follow, on the values in registers. H200, per call, us, ours /
