@@ -68,7 +68,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str = "inferen
         kernels.append(
             KernelRecord(
                 name=step.name,
-                kind="reduction" if step.is_reduction else "pointwise",
+                kind=common.kernel_kind(step),
                 target=target,
                 aten_nodes=step.origins(),
                 aten_ops=step.origin_ops(),

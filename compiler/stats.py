@@ -12,7 +12,7 @@ class KernelRecord:
     """A kernel our codegen generated."""
 
     name: str  # e.g. cpp_poi_fused_add_mul_sin_0
-    kind: str  # "pointwise" | "reduction"
+    kind: str  # "pointwise" | "reduction" | "scan" | "sort" | "scatter"
     target: str  # "cpp" | "triton"
     aten_nodes: list[str]  # FX node names of the ATen ops fused into it
     aten_ops: list[str]  # their op names (add, mul, sin)

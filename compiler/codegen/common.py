@@ -24,11 +24,17 @@ SCAN_OPS = {"sum": "+", "prod": "*"}
 SORTS = ("sort_asc", "sort_desc")
 
 
-def kernel_name(target: str, kernel: FusedKernel, index: int) -> str:
+def kernel_kind(kernel: FusedKernel) -> str:
+    """What the kernel does: pointwise, reduction, scan, sort or scatter."""
     if kernel.is_scan:
-        kind = "sort" if kernel.members[0].node.buffer.reduction_type in SORTS else "scan"
-    else:
-        kind = "scatter" if kernel.is_scatter else "red" if kernel.is_reduction else "poi"
+        return "sort" if kernel.members[0].node.buffer.reduction_type in SORTS else "scan"
+    if kernel.is_scatter:
+        return "scatter"
+    return "reduction" if kernel.is_reduction else "pointwise"
+
+
+def kernel_name(target: str, kernel: FusedKernel, index: int) -> str:
+    kind = {"pointwise": "poi", "reduction": "red"}.get(kernel_kind(kernel), kernel_kind(kernel))
     ops = sorted(dict.fromkeys(_short(o) for o in kernel.origin_ops()))
     return f"{target}_{kind}_fused_{'_'.join(ops[:MAX_NAME_OPS])}_{index}"
 
