@@ -188,8 +188,20 @@ def plan(kernel: FusedKernel, device: torch.device, itemsize: int, int64: bool =
         rb = min(c["RBLOCK"] for c in configs)
         if rb < p.split <= rb * 8 // 7:
             p.split = rb
+    elif gpu and not inner and kernel.loops == 1 and xn * rn >= AUTOTUNE_MIN_ELEMENTS:
+        configs += _unsplit_outer_configs(configs[0])
     p.configs = [dict(c, grid=cdiv(xn, c["XBLOCK"]) * p.split) for c in configs]
     return p
+
+
+def _unsplit_outer_configs(first: dict) -> list:
+    """More candidates for a reduction over a strided dim whose column blocks fill
+    the GPU unsplit: fewer rows a step, in lighter programs. Autotune timings, us,
+    blocks of 64 columns, 8 or 16 rows x 4 warps against the first guess (32 x 8):
+    H200, mean(1) bf16 [64, 4096, 1024] 118.5 / 118.7 against over 120.6; H100,
+    the same 174.1 / 173.6 against 181.1, fp32 347.4 against 356.3, sum(0) fp32
+    [2048, 50257] 145.1 against 171.2 (Inductor, per call, 176.6, 350.6, 159.2)."""
+    return [dict(first, RBLOCK=8, num_warps=4), dict(first, RBLOCK=16, num_warps=4)]
 
 
 def _scan_plan(kernel: FusedKernel, gpu: bool, itemsize: int) -> Plan:
