@@ -61,6 +61,7 @@ class Lazy(TensorValue):
         self._memo: dict = {}
         self.realized: View | None = None
         self._walked: list | None = None
+        self._loads: int | None = None
 
     def load(self, index):
         reader = ir.reader()
@@ -83,8 +84,10 @@ class Lazy(TensorValue):
                 and self.realized.buffer.order < reader.order and self.count_loads() > 1)
 
     def count_loads(self) -> int:
-        """Loads of the whole inlined expression."""
-        return sum(e.op == "load" for e in self._walk())
+        """Loads of the whole inlined expression (asked at each read of a stored value: kept)."""
+        if self._loads is None:
+            self._loads = sum(e.op == "load" for e in self._walk())
+        return self._loads
 
     def count_ops(self) -> int:
         """Operations (loads and constants included) of the whole inlined expression."""

@@ -276,7 +276,7 @@ def _add(a, b):
     return a + b
 """,
     # a sort of each row of a block (the interpreter, which cannot run Triton's own
-    # compiled tl.sort, takes InterpretedSort instead: runtime/triton_build.py)
+    # compiled tl.sort, takes runtime/triton_build.interpreted_sort_rows instead)
     "_sort_rows": """@triton.jit
 def _sort_rows(x, descending: tl.constexpr):
     return tl.sort(x, 1, descending)

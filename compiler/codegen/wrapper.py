@@ -122,10 +122,7 @@ class WrapperCode:
             elif m.stored and m.node.buffer.store_target is None:
                 donor = self._in_place_donor(k, m, dying) if self.in_place else None
                 if donor:
-                    self.taken.add(donor)
-                    dying.remove(donor)
-                    self.lines.append(f"    {m.node.name} = {self.allocated[donor]}  # in place of {donor}")
-                    self.allocated[m.node.name] = m.node.name
+                    self._take_over(donor, m.node.buffer, dying)
                 else:
                     self._alloc(m.node.buffer)
         args = kernel_args(k)
@@ -138,18 +135,26 @@ class WrapperCode:
         this kernel and the kernel reads none of it (a chain of index_puts, an
         index_put into a value computed for it): no copy. Else a fresh copy or fill."""
         init = buf.scatter_init
-        src = self.buffers.get(init.buffer) if isinstance(init, ir.TensorRef) else None
-        fresh = isinstance(src, ir.ComputedBuffer) or (isinstance(src, ir.ExternCall) and src.kind == "extern" and src.outputs == 1)
-        if (fresh and init.is_whole and init.buffer in dying
-                and (tuple(src.size), tuple(src.stride), src.dtype) == (tuple(buf.size), tuple(buf.stride), buf.dtype)
-                and not any(init.buffer in m.reads for m in k.members)):
-            self.taken.add(init.buffer)
-            dying.remove(init.buffer)
-            self.lines.append(f"    {buf.name} = {self.allocated[init.buffer]}  # in place of {init.buffer}")
-            self.allocated[buf.name] = buf.name
+        if (isinstance(init, ir.TensorRef) and init.is_whole and init.buffer in dying
+                and self._reusable(init.buffer, buf) and not any(init.buffer in m.reads for m in k.members)):
+            self._take_over(init.buffer, buf, dying)
             return
         self._alloc(buf)
         self.lines.append(f"    {self._scatter_init(buf)}")
+
+    def _reusable(self, name: str, out: ir.Buffer) -> bool:
+        """Whether buffer `name` is storage of ours (not an input's or a view's) in
+        `out`'s layout, which `out` could take over once `name` is dead."""
+        buf = self.buffers[name]
+        fresh = isinstance(buf, ir.ComputedBuffer) or (isinstance(buf, ir.ExternCall) and buf.kind == "extern" and buf.outputs == 1)
+        return fresh and (tuple(buf.size), tuple(buf.stride), buf.dtype) == (tuple(out.size), tuple(out.stride), out.dtype)
+
+    def _take_over(self, name: str, out: ir.Buffer, dying: list[str]):
+        """`out` lives in the storage of `name`, which dies here."""
+        self.taken.add(name)
+        dying.remove(name)
+        self.lines.append(f"    {out.name} = {self.allocated[name]}  # in place of {name}")
+        self.allocated[out.name] = out.name
 
     def _scatter_init(self, buf: ir.ComputedBuffer) -> str:
         init = buf.scatter_init
@@ -164,12 +169,8 @@ class WrapperCode:
         earlier ones, which might load the input again, runs before m stores."""
         if k.is_reduction or m is not k.members[-1]:
             return None
-        out = m.node.buffer
         for name in dying:
-            buf = self.buffers[name]
-            fresh = isinstance(buf, ir.ComputedBuffer) or (isinstance(buf, ir.ExternCall) and buf.kind == "extern" and buf.outputs == 1)
-            same = fresh and (tuple(buf.size), tuple(buf.stride), buf.dtype) == (tuple(out.size), tuple(out.stride), out.dtype)
-            if same and read_only_at(k.members, name, m.store_index):
+            if self._reusable(name, m.node.buffer) and read_only_at(k.members, name, m.store_index):
                 return name
         return None
 

@@ -174,14 +174,10 @@ def _scatter_along(g, node, x, dim, index, src, accumulate: bool) -> View:
     dim = dim % max(x.ndim, 1)
     if x.ndim == 0 or index.ndim != x.ndim:
         raise Unsupported("scatter of a 0-d input, or with an index of another rank")
-    stride = contiguous_strides(x.size)
-    i64 = torch.int64
 
     def place(idx):
-        at = _wrapped(ir.cast(index.load(list(idx)), i64), x.size[dim])
-        rest = sum((i * stride[d] for d, i in enumerate(idx) if d != dim), sympy.Integer(0))
-        return (ir.op("add", ir.index_value(rest), ir.op("mul", at, ir.const(stride[dim], i64), dtype=i64), dtype=i64),
-                _inside(at, x.size[dim]))
+        at = _wrapped(ir.cast(index.load(list(idx)), torch.int64), x.size[dim])
+        return _element(x.size, {d: i for d, i in enumerate(idx) if d != dim}, {dim: at})
 
     return _scatter_into(g, node, x, tuple(index.size), place, lambda idx: broadcast_load(src, index.size, idx),
                          accumulate, origins_of(g, node, x, index, src))
@@ -304,20 +300,11 @@ def index_put(g, node, x, indices, values, accumulate=False):
 def _scatter(g, node, x, indices, values, accumulate: bool) -> View:
     """index_put: `values` added at (or written to) x[indices]."""
     picks = _Picks(x, indices)
-    stride = contiguous_strides(x.size)
-    i64 = torch.int64
 
     def place(idx):
         full, binds = picks.position(g, idx)
         values_at = dict(binds)
-        target = ir.index_value(sum((full[d] * stride[d] for d in picks.rest), sympy.Integer(0)))
-        valid = None
-        for d in picks.dims:
-            at = values_at[full[d]]
-            inside = _inside(at, x.size[d])
-            valid = inside if valid is None else ir.op("logical_and", valid, inside, dtype=torch.bool)
-            target = ir.op("add", target, ir.op("mul", at, ir.const(stride[d], i64), dtype=i64), dtype=i64)
-        return target, valid
+        return _element(x.size, {d: full[d] for d in picks.rest}, {d: values_at[full[d]] for d in picks.dims})
 
     return _scatter_into(g, node, x, picks.size, place, lambda idx: broadcast_load(values, picks.size, idx),
                          accumulate, origins_of(g, node, x, values, *picks.tensors))
@@ -379,10 +366,21 @@ def _wrapped(v: ir.Expr, size: int) -> ir.Expr:
     return ir.op("where", neg, ir.op("add", v, ir.const(size, torch.int64), dtype=torch.int64), v, dtype=torch.int64)
 
 
-def _inside(v: ir.Expr, size: int) -> ir.Expr:
+def _element(size, direct: dict, picked: dict):
+    """(offset, valid) of an element of a contiguous buffer of `size` whose index
+    along some dims is a loop variable (`direct`: dim -> sympy index) and along
+    the others an index value read from a tensor (`picked`: dim -> int64 Expr,
+    wrapped): valid where every picked value is in range."""
     i64 = torch.int64
-    return ir.op("logical_and", ir.op("ge", v, ir.const(0, i64), dtype=torch.bool),
-                 ir.op("lt", v, ir.const(size, i64), dtype=torch.bool), dtype=torch.bool)
+    stride = contiguous_strides(size)
+    offset = ir.index_value(sum((i * stride[d] for d, i in direct.items()), sympy.Integer(0)))
+    valid = None
+    for d, at in picked.items():
+        inside = ir.op("logical_and", ir.op("ge", at, ir.const(0, i64), dtype=torch.bool),
+                       ir.op("lt", at, ir.const(size[d], i64), dtype=torch.bool), dtype=torch.bool)
+        valid = inside if valid is None else ir.op("logical_and", valid, inside, dtype=torch.bool)
+        offset = ir.op("add", offset, ir.op("mul", at, ir.const(stride[d], i64), dtype=i64), dtype=i64)
+    return offset, valid
 
 
 def _adds_atomically(device, dtype) -> bool:
