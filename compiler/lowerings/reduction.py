@@ -48,6 +48,9 @@ def reduce(g, node, x, dims, rtype, out_dtype=None, out_size=None):
         cdt = torch.bool
     if math.prod(rranges) == 1:
         return _single(g, node, x, outer, rtype, cdt, out_dtype, out_size)
+    k = _rows_reduced_first(g, x, outer, dims, rtype)
+    if k:
+        return _reduce_in_two(g, node, x, dims, k, rtype, cdt, out_dtype, out_size)
 
     def body(index, rindex):
         full = [None] * x.ndim
@@ -91,6 +94,53 @@ def reduce(g, node, x, dims, rtype, out_dtype=None, out_size=None):
     )
     seen[key] = View(buf, out_size, stride)
     return seen[key]
+
+
+# reductions whose partial results reduce with the same operation
+REDUCE_IN_PARTS = ("sum", "prod", "max", "min", "any", "all")
+
+
+def _rows_reduced_first(g, x, outer, dims, rtype) -> int:
+    """k > 0 when `x` reads a value that a reduction over exactly `dims[k:]`
+    computed for each point of the other dims (a loss summed over all of a
+    softmax's or a layer_norm's elements reads the row's max or mean): reducing
+    `dims[k:]` first, per row, puts that part in the row reduction's kernel, where
+    the rows are read anyway, and leaves a sum over the rows' partials (Inductor's
+    split reduction does the same). Reduced whole, the rows are read again by a
+    kernel of their own (H100, (x.softmax(-1) * x).sum() over [8192, 4096] fp32:
+    49.3 + 53.7 us in two kernels that each read x)."""
+    if rtype not in REDUCE_IN_PARTS or len(dims) < 2:
+        return 0
+    iv, rv = loop_vars("i", len(outer)), loop_vars("r", len(dims))
+    full = [None] * x.ndim
+    for d, v in [*zip(outer, iv), *zip(dims, rv)]:
+        full[d] = v
+    with ir.reading_as(None):
+        value = x.load(full)
+    buffers = None
+    for e in ir.loads(value):
+        if buffers is None:
+            buffers = {b.name: b for b in g.buffers}
+        buf = buffers.get(e.args[0])
+        if not (isinstance(buf, ir.ComputedBuffer) and buf.is_reduction):
+            continue
+        used = e.args[1].free_symbols
+        for k in range(1, len(dims)):
+            rows = math.prod(x.size[d] for d in outer + dims[:k])
+            row = math.prod(x.size[d] for d in dims[k:])
+            if (math.prod(buf.ranges), math.prod(buf.reduction_ranges)) == (rows, row) and used <= {*iv, *rv[:k]}:
+                return k
+    return 0
+
+
+def _reduce_in_two(g, node, x, dims, k, rtype, cdt, out_dtype, out_size):
+    """Reduce `dims[k:]` of `x` into partials (kept in the computation dtype),
+    then the partials over `dims[:k]`."""
+    kept = [d for d in range(x.ndim) if d not in dims[k:]]
+    parts = reduce(g, node, x, dims[k:], rtype, cdt, tuple(x.size[d] for d in kept))
+    outer_size = tuple(x.size[d] for d in kept if d not in dims)
+    result = reduce(g, node, parts, [kept.index(d) for d in dims[:k]], rtype, out_dtype, outer_size)
+    return View(result.buffer, out_size, contiguous_strides(out_size))  # keepdim's 1s
 
 
 def _rounds_apart(g, x) -> bool:

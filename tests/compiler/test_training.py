@@ -117,6 +117,29 @@ def test_mse_loss_and_the_difference_it_saves_are_one_kernel():
     assert len(forward.kernels) == 1, [k.name for k in forward.kernels]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_loss_over_normalized_rows_is_reduced_in_their_kernel(check_on_every_target, dtype):
+    """A loss over every element of a softmax or a layer_norm reads each row's
+    max or mean: each row's part of it is taken in the kernel that reduces the
+    row, and one small kernel combines the parts. Reduced whole, the loss read
+    the input again in a kernel of its own."""
+    torch.manual_seed(5)
+    x = torch.randn(37, 5, 131, dtype=dtype) * 3
+    w, b = torch.randn(131, dtype=dtype), torch.randn(131, dtype=dtype)
+    losses = {
+        "softmax": lambda x: (x.softmax(-1) * x).sum(),
+        "layer_norm": lambda x: F.layer_norm(x, (131,), w, b).float().pow(2).mean(),
+        "max, keepdim": lambda x: (x - x.amax(-1, keepdim=True)).amin((0, 2), keepdim=True),
+    }
+    tol = None if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    for name, loss in losses.items():
+        cap = check_on_every_target(loss, x, tol=tol)
+        assert len(cap.kernels) == 2, (name, [k.name for k in cap.kernels])
+        rows, parts = cap.kernels
+        assert rows.bytes_read >= x.nbytes, name
+        assert parts.bytes_read == 37 * 5 * 4, (name, parts.bytes_read)  # the float32 parts only
+
+
 def test_training_with_a_second_batch_size():
     """The last batch is smaller: Dynamo retraces with symbolic sizes, and
     forward and backward are compiled again for that size, grads equal eager's."""
