@@ -42,6 +42,15 @@ PERSISTENT_MAX_RBLOCK = {1: 8192, 2: 8192, 4: 4096, 8: 2048}
 # 102.0 / 113.9, softmax [4096, 32000] 254.1 / 275.7, layer_norm [4096, 16384]
 # 134.4 / 153.9, though group_norm 70.8 / 67.1)
 WIDE_PERSISTENT_MAX_RBLOCK = {1: 16384, 2: 16384, 4: 32768}
+# rows of 512-2048 (padded) are held by 4-warp programs of 4096 elements, 32 a
+# thread, whatever their type: more warps spend more of the short kernel on the
+# reduction's exchanges. H200, per call, against the earlier 32 (fp32) or 64 bytes
+# (16-bit) a thread: layer_norm [16384, 768] bf16 22.2 -> 17.9 us, fp32 34.7 -> 28.2;
+# [8192, 1024] bf16 14.1 -> 12.2; softmax and rms_norm 1-9% faster; layer_norm's
+# backward (persistent, three row-long loads) [32768, 512] fp32 fwd+bwd 114.3 ->
+# 62.3. Rows of 256 lost (layer_norm fwd+bwd [65536, 256] bf16 49.6 -> 66.0)
+SHORT_ROWS = (512, 2048)
+SHORT_ROW_PROGRAM = 4096
 WIDE_PERSISTENT_MAX_INPUTS = 3
 # ... unless the rows do not start on 16 bytes and are longer than this: a
 # persistent block then loads element by element, while the looped form walks each
@@ -214,7 +223,7 @@ def _scan_plan(kernel: FusedKernel, gpu: bool, itemsize: int) -> Plan:
     limit = PERSISTENT_MAX_RBLOCK.get(min(itemsize, 8), 4096) if inner else OUTER_PERSISTENT_MAX_RBLOCK
     sort = any(m.node.buffer.reduction_type in SORTS for m in kernel.members)
     if rblock <= limit or sort:  # a sort holds its row (the lowering keeps it short)
-        return Plan(True, persistent=True, configs=[_persistent_config(xn, rblock, inner, gpu, itemsize)])
+        return Plan(True, persistent=True, configs=[_persistent_config(xn, rblock, inner, gpu, itemsize, short_rows=False)])
     if not gpu:
         rb = min(rblock, 1024)
         xb = max(1, min(pow2(xn), (1 << 14) // rb))
@@ -248,8 +257,14 @@ def _pointwise_configs(xn: int, gpu: bool, itemsize: int) -> list:
     while xb > 128 and cdiv(xn, xb) < SM_COUNT:
         xb //= 2
     xb = min(xb, pow2(xn))
-    # no tuning: on an H100, twice the block with 4 or 8 warps ran no faster
-    return [cfg(xb, _warps(xb, itemsize, lo=1, hi=POINTWISE_WARPS, thread_bytes=16))]
+    out = [cfg(xb, _warps(xb, itemsize, lo=1, hi=POINTWISE_WARPS, thread_bytes=16))]
+    # big kernels also time half the block, 16 bytes a thread: kernels that read
+    # some elements twice (rope's shifted halves) run faster so (H200, per call:
+    # rope [8, 32, 2048, 128] bf16 69.2 -> 67.8 us; with the hint on such loads, see
+    # TritonKernel._load, 66.7; Inductor 67.0-67.2). Twice the block ran no faster (H100)
+    if xn >= AUTOTUNE_MIN_ELEMENTS and xb >= 256:
+        out.append(cfg(xb // 2, _warps(xb // 2, itemsize, lo=1, hi=POINTWISE_WARPS, thread_bytes=8)))
+    return out
 
 
 def _tiled_configs(yn: int, xn: int, gpu: bool, itemsize: int) -> list:
@@ -406,17 +421,21 @@ def _persistent_configs(xn: int, rblock: int, inner: bool, gpu: bool, itemsize: 
     # over one shorter row gained at most 2.4% on an H200 (layer_norm fp32 70.8 ->
     # 69.1 us), and is not tried
     w, xb = first["num_warps"], first["XBLOCK"]
-    warps = (w // 2, 2 * w) if rblock >= 16384 else ()
+    warps = (w // 2, 2 * w) if rblock >= 16384 else (4,) if rblock > SHORT_ROWS[1] and w > 4 else ()
     out = [first] + [dict(first, num_warps=n) for n in warps if n <= 32 and xb * rblock <= 64 * 32 * n]
     if xb > 1:
         out.append(dict(first, XBLOCK=xb // 2, grid=cdiv(xn, xb // 2)))
     return out
 
 
-def _persistent_config(xn: int, rblock: int, inner: bool, gpu: bool, itemsize: int) -> dict:
+def _persistent_config(xn: int, rblock: int, inner: bool, gpu: bool, itemsize: int, short_rows: bool = True) -> dict:
+    """`short_rows`: SHORT_ROWS take their programs (measured on reductions, not on scans or sorts)."""
     if not gpu:
         xb = max(1, min(pow2(xn), (1 << 14) // rblock))
         return dict(XBLOCK=xb, RBLOCK=rblock, num_warps=1, grid=cdiv(xn, xb))
+    if inner and short_rows and SHORT_ROWS[0] <= rblock <= SHORT_ROWS[1]:
+        xb = _fill(xn, max(1, min(pow2(xn), SHORT_ROW_PROGRAM // rblock)), 1)
+        return dict(XBLOCK=xb, RBLOCK=rblock, num_warps=4, num_stages=1, grid=cdiv(xn, xb))
     if inner:
         xb = _fill(xn, max(1, min(pow2(xn), (16384 // itemsize) // rblock, 64)), 1)
         # float32: about 32 bytes a thread (H200, [8192, 4096] fp32: layer_norm 71.0 us
