@@ -566,7 +566,7 @@ def test_big_persistent_reductions_tune_rows_per_program_for_h100(shape):
     for dtype in (torch.float32, torch.bfloat16):
         configs = persistent_gpu_configs(*shape, dtype)
         first = configs[0]
-        expected = [first] + [dict(first, num_warps=4)] * (shape[1] > 2048 and first["num_warps"] > 4)
+        expected = [first] + [dict(first, XBLOCK=1, num_warps=4, grid=shape[0])] * (shape[1] > 2048 and first["num_warps"] > 4)
         if first["XBLOCK"] > 1:
             expected.append(dict(first, XBLOCK=first["XBLOCK"] // 2, grid=2 * first["grid"]))
         assert configs == expected
@@ -576,7 +576,7 @@ def test_big_persistent_reductions_tune_rows_per_program_for_h100(shape):
             blocks = {k: v for k, v in cfg.items() if k.endswith("BLOCK")}
             ck = compile_for_h100(kernel.source, kernel.name, num_warps=cfg["num_warps"], **blocks)
             assert local_memory_accesses(ck) == 0, f"{cfg}: registers spill to local memory"
-    # 2 rows of 4096 bf16 per program first, then 4 warps, then 1 row
+    # 2 rows of 4096 bf16 per program first, then 1 row in 4 warps, then 1 row
     assert len(persistent_gpu_configs(8192, 4096, torch.bfloat16)) == 3
 
 
