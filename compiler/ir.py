@@ -115,13 +115,16 @@ def op(name: str, *args: Expr, dtype: torch.dtype) -> Expr:
     return Expr(name, tuple(args), dtype)
 
 
-def scatter(target: Expr, value: Expr, valid: Expr, accumulate: bool) -> Expr:
-    """A scatter buffer's body: add `value` to (or store it at) element `target`
-    (an int64 offset computed from index tensors) of the buffer, where `valid`."""
-    return Expr("scatter_add" if accumulate else "scatter_store", (target, value, valid), value.dtype)
+# a scatter's op by how it meets the element's value: replaces it, adds to it, keeps the larger or smaller
+SCATTER_MODES = {None: "scatter_store", "sum": "scatter_add", "amax": "scatter_max", "amin": "scatter_min"}
+SCATTER_OPS = tuple(SCATTER_MODES.values())
 
 
-SCATTER_OPS = ("scatter_add", "scatter_store")
+def scatter(target: Expr, value: Expr, valid: Expr, reduce: str | None) -> Expr:
+    """A scatter buffer's body: store `value` at element `target` (an int64 offset
+    computed from index tensors) of the buffer, where `valid`; or combine it with
+    the element's value (`reduce`: "sum", "amax", "amin")."""
+    return Expr(SCATTER_MODES[reduce], (target, value, valid), value.dtype)
 
 
 def loads(e: Expr) -> list[Expr]:

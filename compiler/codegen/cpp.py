@@ -549,13 +549,17 @@ class CppKernel:
         out.append(f"{indent}{self.args.ptr(buf.storage_name)}[{idx}] = {_cast(value, m.value.dtype, buf.dtype)};")
 
     def _scatter(self, m: Member, value: ir.Expr, cse: dict, out: list[str], indent: str):
-        """Each value added to (or stored at) the element its index picks, where valid."""
+        """Each value stored at (or added to, or kept where larger or smaller than)
+        the element its index picks, where valid."""
         target, v, valid = (self.emit_value(a, cse, out, indent) for a in value.args)
         buf = m.node.buffer
         at = f"{self.args.ptr(buf.storage_name)}[{target}]"
+        acc = torch.float32 if buf.dtype in (torch.float16, torch.bfloat16) else buf.dtype  # 16-bit floats: their bits
+        old, new = _cast(at, buf.dtype, acc), _cast(v, value.dtype, acc)
         if value.op == "scatter_add":
-            acc = torch.float32 if buf.dtype in (torch.float16, torch.bfloat16) else buf.dtype
-            v = _cast(f"{_cast(at, buf.dtype, acc)} + {_cast(v, value.dtype, acc)}", acc, buf.dtype)
+            v = _cast(f"{old} + {new}", acc, buf.dtype)
+        elif value.op in ("scatter_max", "scatter_min"):  # NaN wins, as in eager
+            v = _cast(_binary("maximum" if value.op == "scatter_max" else "minimum", old, new, acc), acc, buf.dtype)
         else:
             v = _cast(v, value.dtype, buf.dtype)
         out.append(f"{indent}if ({valid}) {at} = {v};")

@@ -42,6 +42,8 @@ SHIFTED_MULTIPASS_MAX_RBLOCK = 4096
 # slower on an H200, for a softmax then a column sum [256, 1024] 11.1 us per call
 # against 6.3 (7.1 without PDL), group_norm 8 groups 86.4 against 84.5 (85.7)
 DEPENDENT_LAUNCH_WAIT = "    tl.extra.cuda.gdc_wait()"
+# a scatter's combining ops (tl.store for the rest)
+ATOMICS = {"scatter_add": "tl.atomic_add", "scatter_max": "tl.atomic_max", "scatter_min": "tl.atomic_min"}
 CALLED_HELPERS = ("_floordiv", "_truncdiv", "_int_fmod", "_int_remainder", "_int_pow", *FP32_HELPERS.values())
 
 
@@ -437,15 +439,15 @@ class TritonKernel:
         self.store(m, v, body, indent)
 
     def _scatter(self, m: Member, cse: dict, body: list[str], indent: str):
-        """Each value added atomically to (or stored at) the element its index picks."""
+        """Each value stored at (or combined atomically with) the element its index picks."""
         target, value, valid = (self.emit(a, cse, body, indent) for a in m.value.args)
         buf = m.node.buffer
         code = self.convert(self.full(value, {"x"}, m.value.dtype), m.value.dtype, buf.dtype)
         masks = [c for c in (self.mask({"x"}), None if m.value.args[2].op == "const" else valid.code) if c]
         mask = f", mask={' & '.join(f'({c})' for c in masks)}" if masks else ""
         where = f"{self.args.ptr(buf.storage_name)} + ({self.full(target, {'x'}, torch.int64)})"
-        if m.value.op == "scatter_add":
-            body.append(f"{indent}tl.atomic_add({where}, {code}{mask}, sem='relaxed')")
+        if m.value.op in ATOMICS:
+            body.append(f"{indent}{ATOMICS[m.value.op]}({where}, {code}{mask}, sem='relaxed')")
         else:
             body.append(f"{indent}tl.store({where}, {code}{mask})")
 

@@ -145,7 +145,7 @@ SCATTER_MAX_INDICES = 64
 @register(aten.scatter_add.default)
 def scatter_add(g, node, x, dim, index, src):
     if _long_scatter(x, dim, index):
-        return _scatter_along(g, node, x, dim, index, src, accumulate=True)
+        return _scatter_along(g, node, x, dim, index, src, "sum")
     hits = _scatter_hits(g, node, x, dim, index, src, "sum")
     return make_pointwise(g, node, lambda a, h: ir.op("add", a, h, dtype=a.dtype), [x, hits])
 
@@ -153,7 +153,7 @@ def scatter_add(g, node, x, dim, index, src):
 @register(aten.scatter.value)
 def scatter_value(g, node, x, dim, index, value):
     if _long_scatter(x, dim, index):
-        return _scatter_along(g, node, x, dim, index, value, accumulate=False)
+        return _scatter_along(g, node, x, dim, index, value, None)
     hit = _scatter_hits(g, node, x, dim, index, None, "any")
     return make_pointwise(g, node, lambda h, a: ir.op("where", h, ir.const(value, a.dtype), a, dtype=a.dtype), [hit, x],
                           compute_dtype=[torch.bool, upcast(out_val(node).dtype)])
@@ -161,16 +161,39 @@ def scatter_value(g, node, x, dim, index, value):
 
 @register(aten.scatter.src)
 def scatter_src(g, node, x, dim, index, src):
-    return _scatter_along(g, node, x, dim, index, src, accumulate=False)
+    return _scatter_along(g, node, x, dim, index, src, None)
+
+
+@register(aten.scatter_reduce.two)
+def scatter_reduce(g, node, x, dim, index, src, reduce, *, include_self=True):
+    """x with each src value added at, or kept where larger or smaller than, the
+    element its index picks: a graph network's sum, max or min aggregation. Without
+    include_self (PyG's way), the values combine from the operation's identity and
+    land only where an index picks; elsewhere x stays, which a second scatter marks.
+    "prod" has no atomic form, and "mean" needs counts (left to ATen)."""
+    if reduce not in ("sum", "amax", "amin"):
+        raise Unsupported(f"scatter_reduce {reduce!r}")
+    if include_self:
+        return _scatter_along(g, node, x, dim, index, src, reduce)
+    dtype = out_val(node).dtype
+    info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
+    identity = {"sum": 0, "amax": -math.inf if dtype.is_floating_point else info.min,
+                "amin": math.inf if dtype.is_floating_point else info.max}[reduce]
+    filled = lambda value, dt: Lazy(x.size, dt, lambda idx: ir.const(value, dt))  # noqa: E731
+    landed = _scatter_along(g, node, filled(identity, dtype), dim, index, src, reduce)
+    picked = _scatter_along(g, node, filled(False, torch.bool), dim, index, True, None, dtype=torch.bool)
+    return make_pointwise(g, node, lambda p, v, a: ir.op("where", p, v, a, dtype=v.dtype), [picked, landed, x],
+                          compute_dtype=[torch.bool, upcast(dtype), upcast(dtype)])
 
 
 def _long_scatter(x, dim, index) -> bool:
     return x.ndim > 0 and index.ndim == x.ndim and index.size[dim % x.ndim] > SCATTER_MAX_INDICES
 
 
-def _scatter_along(g, node, x, dim, index, src, accumulate: bool) -> View:
-    """torch.scatter(_add): src at each point of `index` lands in x where the
-    point is, its position along `dim` replaced by the index value there."""
+def _scatter_along(g, node, x, dim, index, src, reduce: str | None, dtype=None) -> View:
+    """torch.scatter(_add, _reduce): src at each point of `index` lands in x where
+    the point is, its position along `dim` replaced by the index value there
+    (`dtype`: the result's, when not the node's)."""
     dim = dim % max(x.ndim, 1)
     if x.ndim == 0 or index.ndim != x.ndim:
         raise Unsupported("scatter of a 0-d input, or with an index of another rank")
@@ -180,7 +203,7 @@ def _scatter_along(g, node, x, dim, index, src, accumulate: bool) -> View:
         return _element(x.size, {d: i for d, i in enumerate(idx) if d != dim}, {dim: at})
 
     return _scatter_into(g, node, x, tuple(index.size), place, lambda idx: broadcast_load(src, index.size, idx),
-                         accumulate, origins_of(g, node, x, index, src))
+                         reduce, origins_of(g, node, x, index, src), dtype)
 
 
 def _scatter_hits(g, node, x, dim, index, src, rtype):
@@ -307,31 +330,32 @@ def _scatter(g, node, x, indices, values, accumulate: bool) -> View:
         return _element(x.size, {d: full[d] for d in picks.rest}, {d: values_at[full[d]] for d in picks.dims})
 
     return _scatter_into(g, node, x, picks.size, place, lambda idx: broadcast_load(values, picks.size, idx),
-                         accumulate, origins_of(g, node, x, values, *picks.tensors))
+                         "sum" if accumulate else None, origins_of(g, node, x, values, *picks.tensors))
 
 
-def _scatter_into(g, node, x, size, place, value, accumulate: bool, origins) -> View:
-    """x with value(idx) added at (or written to) the element place(idx) gives
-    (an offset into x laid out contiguously, and where it is valid), for every idx
-    of `size`: a copy of x (or a fill, where x is one number: embedding's backward
-    starts from zeros), then one kernel over `size` that adds each value to its
-    element atomically (TorchInductor's way; eager's CUDA kernels sort the indices
-    first). Indices out of range are skipped where eager raises; duplicates
-    without accumulate leave any one of their values, as eager does."""
-    if accumulate and torch.are_deterministic_algorithms_enabled():
+def _scatter_into(g, node, x, size, place, value, reduce: str | None, origins, dtype=None) -> View:
+    """x with value(idx) written to (or, by `reduce`, added to or kept where larger
+    or smaller than) the element place(idx) gives (an offset into x laid out
+    contiguously, and where it is valid), for every idx of `size`: a copy of x (or
+    a fill, where x is one number: embedding's backward starts from zeros), then
+    one kernel over `size` that combines each value with its element atomically
+    (TorchInductor's way; eager's CUDA kernels sort the indices first). Indices out
+    of range are skipped where eager raises; duplicates without `reduce` leave any
+    one of their values, as eager does."""
+    if reduce == "sum" and torch.are_deterministic_algorithms_enabled():
         raise Unsupported(f"{node.target} adds atomically, in no fixed order (torch.use_deterministic_algorithms is on)")
-    dtype = out_val(node).dtype
-    if accumulate and not _adds_atomically(g.device, dtype):
-        raise Unsupported(f"{node.target} accumulating {dtype}: no atomic add of it here")
+    dtype = dtype or out_val(node).dtype
+    if reduce and not _reduces_atomically(g.device, dtype, reduce):
+        raise Unsupported(f"{node.target} ({reduce}) of {dtype}: no atomic form of it here")
 
     def body(idx):
         target, valid = place(idx)
-        return ir.scatter(target, ir.cast(value(idx), dtype), valid, accumulate)
+        return ir.scatter(target, ir.cast(value(idx), dtype), valid, reduce)
 
     init = _starting_contents(g, x)  # may store x first: a buffer named before this one
     buf = g.register(ir.ComputedBuffer(
         name=g.new_name(), size=tuple(x.size), stride=contiguous_strides(x.size), dtype=dtype, device=g.device,
-        kind="scatter", ranges=tuple(size), reduction_type="sum" if accumulate else None, body=body,
+        kind="scatter", ranges=tuple(size), reduction_type=reduce, body=body,
         scatter_init=init, origins=origins, origin_ops=g.ops_of(origins)))
     return View(buf, buf.size, buf.stride)
 
@@ -383,14 +407,17 @@ def _element(size, direct: dict, picked: dict):
     return offset, valid
 
 
-def _adds_atomically(device, dtype) -> bool:
-    """Whether the kernels for `device` can add `dtype` into memory: C++ adds on
-    one thread; Triton has no atomic add of bools or 8- and 16-bit integers, and
-    one of bfloat16 only from Hopper on (as TorchInductor finds), not interpreted."""
+def _reduces_atomically(device, dtype, reduce: str) -> bool:
+    """Whether the kernels for `device` can combine `dtype` into memory: C++ does
+    on one thread. Triton has no atomic add of bools or 8- and 16-bit integers,
+    and one of bfloat16 only from Hopper on (as TorchInductor finds), not
+    interpreted; its atomic max and min take 32- and 64-bit values only."""
     if dtype == torch.bool:
         return False
     if device.type != "cuda" and config.cpu_target != "triton":
         return True
+    if reduce != "sum":
+        return dtype in (torch.float32, torch.float64, torch.int32, torch.int64)
     if dtype in (torch.int8, torch.uint8, torch.int16):
         return False
     if dtype == torch.bfloat16:

@@ -285,6 +285,35 @@ def test_index_put_scatters(check_compiled, dtype):
     assert len(scatters) == len(table) and all("_scatter_" in kn.name for kn in scatters), [kn.name for kn in cap.kernels]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16], ids=["float32", "int64", "bfloat16"])
+def test_scatter_reduce_sums_and_extremes_are_scatters(check_on_every_target, target, dtype):
+    """scatter_reduce's sum, amax and amin are scatters of ours: each value
+    combined with the element its index picks (tl.atomic_add / atomic_max /
+    atomic_min on Triton, in order on one thread in C++), into x's copy; without
+    include_self (PyG's aggregation), from the operation's identity, with a
+    second scatter marking the elements an index picks (the others keep x).
+    Triton has no atomic max of 16-bit values and the interpreter no atomic add
+    of them: those stay ATen's. "mean" and "prod" are ATen's."""
+    torch.manual_seed(6)
+    x, src = rand((37, 5), dtype), rand((300, 5), dtype)
+    index = torch.randint(0, 37, (300, 5))  # duplicates; some rows of x picked by none
+    cases = [(r, s) for r in ("sum", "amax", "amin") for s in (True, False)]
+    table = {f"{r}, include_self={s}": (lambda x, i, v, r=r, s=s: (x * 2).scatter_reduce(0, i, v + 1, r, include_self=s))
+             for r, s in cases}
+    table["mean (ATen's)"] = lambda x, i, v: x.scatter_reduce(0, i, v, "mean")
+    fns = list(table.values())
+    tol = dict(rtol=2e-2, atol=5e-2) if dtype == torch.bfloat16 else None  # adds in another order
+    cap = check_on_every_target(lambda *a: tuple(f(*a) for f in fns), x, index, src, names=list(table), tol=tol)
+    triton = target != "cpp"
+    ours = [(r, s) for r, s in cases if not (triton and dtype == torch.bfloat16 and (r != "sum" or target == "triton"))]
+    if triton and dtype == torch.bfloat16 and target == "cuda" and torch.cuda.get_device_capability() < (9, 0):
+        ours = []
+    scatters = [k for k in cap.kernels if k.kind == "scatter"]
+    assert len(scatters) == sum(1 if s else 2 for _, s in ours), [k.name for k in cap.kernels]
+    assert all(f.op == "aten.scatter_reduce.two" and f.reason for f in cap.fallbacks), cap.fallbacks
+    assert len(cap.fallbacks) == 1 + len(cases) - len(ours), [(f.op, f.reason) for f in cap.fallbacks]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 def test_indirect_reads_of_computed_values(check_compiled, dtype):
     """A gather or index of a computed value recomputes it at the elements read
