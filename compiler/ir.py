@@ -115,6 +115,9 @@ def op(name: str, *args: Expr, dtype: torch.dtype) -> Expr:
     return Expr(name, tuple(args), dtype)
 
 
+# reductions whose partial results reduce with the same operation (split reductions, rows first)
+REDUCED_IN_PARTS = frozenset({"sum", "prod", "max", "min", "any", "all"})
+
 # a scatter's op by how it meets the element's value: replaces it, adds to it, keeps the larger or smaller
 SCATTER_MODES = {None: "scatter_store", "sum": "scatter_add", "amax": "scatter_max", "amin": "scatter_min"}
 SCATTER_OPS = tuple(SCATTER_MODES.values())

@@ -148,7 +148,7 @@ class ExternStep:
 
 
 X, R = symbol("x0"), symbol("r0")
-REDUCTIONS_THAT_SPLIT = {"sum", "prod", "max", "min", "any", "all"}
+REDUCTIONS_THAT_SPLIT = ir.REDUCED_IN_PARTS
 
 
 def online_softmax_sums(members: list[Member]) -> dict:

@@ -171,14 +171,13 @@ def scatter_reduce(g, node, x, dim, index, src, reduce, *, include_self=True):
     include_self (PyG's way), the values combine from the operation's identity and
     land only where an index picks; elsewhere x stays, which a second scatter marks.
     "prod" has no atomic form, and "mean" needs counts (left to ATen)."""
-    if reduce not in ("sum", "amax", "amin"):
-        raise Unsupported(f"scatter_reduce {reduce!r}")
+    dtype = out_val(node).dtype
+    if reduce not in ("sum", "amax", "amin") or dtype == torch.bool:
+        raise Unsupported(f"scatter_reduce {reduce!r} of {dtype}")
     if include_self:
         return _scatter_along(g, node, x, dim, index, src, reduce)
-    dtype = out_val(node).dtype
-    info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
-    identity = {"sum": 0, "amax": -math.inf if dtype.is_floating_point else info.min,
-                "amin": math.inf if dtype.is_floating_point else info.max}[reduce]
+    low, high = (-math.inf, math.inf) if dtype.is_floating_point else (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
+    identity = {"sum": 0, "amax": low, "amin": high}[reduce]
     filled = lambda value, dt: Lazy(x.size, dt, lambda idx: ir.const(value, dt))  # noqa: E731
     landed = _scatter_along(g, node, filled(identity, dtype), dim, index, src, reduce)
     picked = _scatter_along(g, node, filled(False, torch.bool), dim, index, True, None, dtype=torch.bool)

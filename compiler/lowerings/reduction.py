@@ -96,10 +96,6 @@ def reduce(g, node, x, dims, rtype, out_dtype=None, out_size=None):
     return seen[key]
 
 
-# reductions whose partial results reduce with the same operation
-REDUCE_IN_PARTS = ("sum", "prod", "max", "min", "any", "all")
-
-
 def _rows_reduced_first(g, x, outer, dims, rtype) -> int:
     """k > 0 when `x` reads a value that a reduction over exactly `dims[k:]`
     computed for each point of the other dims (a loss summed over all of a
@@ -109,7 +105,7 @@ def _rows_reduced_first(g, x, outer, dims, rtype) -> int:
     split reduction does the same). Reduced whole, the rows are read again by a
     kernel of their own (H100, (x.softmax(-1) * x).sum() over [8192, 4096] fp32:
     49.3 + 53.7 us in two kernels that each read x)."""
-    if rtype not in REDUCE_IN_PARTS or len(dims) < 2:
+    if rtype not in ir.REDUCED_IN_PARTS or len(dims) < 2:
         return 0
     iv, rv = loop_vars("i", len(outer)), loop_vars("r", len(dims))
     full = [None] * x.ndim
