@@ -11,6 +11,7 @@ from .. import ir
 from ..config import config
 from ..graph import Lazy, View
 from ..index import contiguous_strides, linear_index
+from . import reduction
 from .registry import Unsupported, origins_of, out_val, register
 
 aten = torch.ops.aten
@@ -40,6 +41,63 @@ def sort_stable(g, node, x, *, stable=None, dim=-1, descending=False):
 @register(aten.topk.default)
 def topk(g, node, x, k, dim=-1, largest=True, sorted=True):
     return sorted_rows(g, node, x, dim, largest, k)
+
+
+@register(aten.kthvalue.default)
+def kthvalue(g, node, x, k, dim=-1, keepdim=False):
+    """The k-th smallest value of each row and its position: the k-th key of the
+    rows sorted (the first k kept), NaN counting as the largest, as in eager."""
+    if x.ndim == 0 or not 1 <= k <= x.size[dim % x.ndim]:
+        raise Unsupported("kthvalue of a 0-d tensor, or k out of its range (ATen raises)")
+    values, indices = sorted_rows(g, node, x, dim, False, k)
+    return _at(values, dim % x.ndim, k - 1, keepdim), _at(indices, dim % x.ndim, k - 1, keepdim)
+
+
+@register(aten.median.dim)
+def median_dim(g, node, x, dim=-1, keepdim=False):
+    """The lower median of each row and its position: the middle key of the rows
+    sorted (the first half kept). A row with NaN gives NaN, at its first NaN's
+    position (an argmax of isnan), as in eager."""
+    if x.ndim == 0:
+        raise Unsupported("median of a 0-d tensor")
+    dim = dim % x.ndim
+    middle = (x.size[dim] - 1) // 2
+    values, indices = sorted_rows(g, node, x, dim, False, middle + 1)
+    value, index = _at(values, dim, middle, keepdim), _at(indices, dim, middle, keepdim)
+    if not x.dtype.is_floating_point:
+        return value, index
+    f32 = torch.float32  # 16-bit floats are compared and selected in float32
+    nan = Lazy(x.size, I32, lambda idx: ir.cast(ir.op("isnan", ir.cast(x.load(idx), f32), dtype=torch.bool), I32),
+               x.origins)
+    first_nan = reduction.reduce(g, node, nan, [dim], "argmax", I64, value.size)
+    any_nan = reduction.reduce(g, node, nan, [dim], "max", I32, value.size)
+
+    def where_nan(a, b, dtype):
+        def body(idx):
+            has = ir.op("ne", any_nan.load(idx), _c(0, I32), dtype=torch.bool)
+            return ir.cast(ir.op("where", has, ir.cast(a(idx), dtype), ir.cast(b.load(idx), dtype), dtype=dtype), b.dtype)
+        return Lazy(value.size, b.dtype, body, value.origins)
+
+    return (where_nan(lambda idx: _c(float("nan"), f32), value, f32), where_nan(first_nan.load, index, I64))
+
+
+def _at(t, dim: int, pos: int, keepdim: bool) -> Lazy:
+    """Element `pos` of t along `dim`, that dim kept (as 1) or dropped."""
+    size = list(t.size)
+    if keepdim:
+        size[dim] = 1
+    else:
+        del size[dim]
+
+    def body(idx):
+        full = list(idx)
+        if keepdim:
+            full[dim] = pos
+        else:
+            full.insert(dim, pos)
+        return t.load(full)
+
+    return Lazy(tuple(size), t.dtype, body, t.origins)
 
 
 def sorted_rows(g, node, x, dim, descending: bool, k: int | None):

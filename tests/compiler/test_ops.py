@@ -434,6 +434,39 @@ def test_sort_and_topk(check_compiled, target, dtype):
     assert sum("_sort_" in k.name for k in cap.kernels) >= 6, [k.name for k in cap.kernels]
 
 
+@pytest.mark.parametrize("dtype", SORT_DTYPES, ids=dtype_id)
+def test_median_and_kthvalue(check_compiled, target, dtype):
+    """median and kthvalue along a dim are the middle or k-th key of the rows
+    sorted (only that many kept a row); a row with NaN has NaN for median, at its
+    first NaN, and NaN counts as the largest for kthvalue, as in eager. Among
+    equal values eager's kthvalue may pick another: the values the indices pick
+    are compared, and median's indices too."""
+    torch.manual_seed(13)
+    x = rand((37, 51), dtype)
+    if dtype == torch.float32:
+        x[3, 7] = x[5, :4] = x[:, 9] = float("nan")  # a column of NaN: every row of dim 0 has one
+    picked = {}
+
+    def pick(name, f, d, keepdim=False):
+        def values_and_picked(x):
+            v, i = f(x)
+            return v, x.gather(d, i if keepdim else i.unsqueeze(d))
+        picked[name] = values_and_picked
+
+    pick("median(1)", lambda x: torch.median(x, 1), 1)
+    pick("median(0, keepdim)", lambda x: torch.median(x, 0, keepdim=True), 0, keepdim=True)
+    pick("kthvalue(5, 1)", lambda x: torch.kthvalue(x, 5, 1), 1)
+    pick("kthvalue(37, 0, keepdim)", lambda x: torch.kthvalue(x, 37, 0, keepdim=True), 0, keepdim=True)
+    picked["median(1) indices"] = lambda x: torch.median(x, 1)[1]
+    fns = list(picked.values())
+    cap = check_compiled(lambda x: tuple(f(x) for f in fns), x, names=list(picked))
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    sorts = [k for k in cap.kernels if k.kind == "sort"]
+    assert len(sorts) == len(picked), [k.name for k in cap.kernels]
+    # kthvalue(5) keeps the first 5 keys of each of the 37 rows, not all 51
+    assert min(k.bytes_written for k in sorts) == 37 * 5 * 8, [(k.name, k.bytes_written) for k in sorts]
+
+
 def test_moe_routing_and_long_rows(check_compiled, target):
     """A mixture-of-experts router: softmax over 64 experts, the top 2, their
     weights renormalized: ours end to end, the sort writing only the 2 keys a
@@ -619,11 +652,11 @@ def test_attention_extern_on_computed_inputs(check_compiled):
 @pytest.mark.parametrize(
     "name, fn, op",
     [
-        ("median", lambda x: torch.median(x + 1, 1).values * 2, "aten.median.dim"),
-        ("kthvalue", lambda x: torch.kthvalue(x.sin(), 3, 1).values * 2, "aten.kthvalue.default"),
+        ("nanmedian", lambda x: torch.nanmedian(x + 1, 1).values * 2, "aten.nanmedian.dim"),
+        ("mode", lambda x: torch.mode((x * 2).round(), 1).values * 2, "aten.mode.default"),
         ("round(decimals)", lambda x: torch.round(x.exp(), decimals=2) - 1, "aten.round.decimals"),
     ],
-    ids=["median", "kthvalue", "round-decimals"],
+    ids=["nanmedian", "mode", "round-decimals"],
 )
 def test_unsupported_op_falls_back(check_compiled, name, fn, op):
     """An op with no lowering runs through ATen: correct, listed with a reason,
