@@ -502,6 +502,7 @@ class TritonKernel:
             args=args,
             workspace=self.workspace,
             pdl=self.pdl,
+            atomic=self.k.is_scatter,  # its result depends on the order of the atomics (see triton_build)
             # Triton's FP fusion contracts a * b + c into an FMA across a rounding
             # to bf16/fp16 in between, which eager does round (TorchInductor turns
             # it off when it emulates eager's casts, for the same reason)

@@ -1142,6 +1142,26 @@ def test_gpu_kernels_on_the_c_launcher_build_no_triton_launcher(monkeypatch):
     assert not built
 
 
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device: the launchers run on a GPU")
+def test_gpu_a_scatter_compiled_first_leaves_the_launcher_check_to_the_next_kernel(monkeypatch):
+    """The C launcher is checked once a process against Triton's, bit for bit, on
+    the first kernel. A scatter adds atomically, in any order, so it cannot be that
+    kernel: it launches through Triton's until a later kernel has passed the check,
+    rather than failing it on rounding and sending every later kernel to Triton's."""
+    from compiler.runtime import cuda_launcher, triton_build
+
+    if cuda_launcher.load() is None:
+        pytest.skip("no C compiler for our launcher: Triton's launches every kernel")
+    monkeypatch.setattr(triton_build, "_c_checked", {})  # as in a fresh process
+    grad, ids = rand(4096, 64, device="cuda"), torch.randint(0, 50, (4096,), device="cuda")
+    cap = check(lambda g, i: torch.ops.aten.embedding_dense_backward(g, i, 50, -1, False), grad, ids,
+                tol=dict(rtol=1e-4, atol=1e-3))
+    (scatter,) = [k for k in cap.kernels if k.kind == "scatter"]
+    assert scatter.launch["launcher"] == "triton" and "ok" not in triton_build._c_checked, scatter.launch
+    (k,) = check(lambda x: x.cos() * 3 + 1, rand(1000, device="cuda")).kernels
+    assert triton_build._c_checked == {"ok": True} and k.launch["launcher"] == "c", k.launch
+
+
 def _ready(workers, count: int, timeout_s: float = 120) -> None:
     import time
 
