@@ -440,7 +440,7 @@ def test_median_and_kthvalue(check_compiled, target, dtype):
     sorted (only that many kept a row); a row with NaN has NaN for median, at its
     first NaN, and NaN counts as the largest for kthvalue, as in eager. Among
     equal values eager's kthvalue may pick another: the values the indices pick
-    are compared, and median's indices too."""
+    are compared, and median's indices too (against eager on the CPU)."""
     torch.manual_seed(13)
     x = rand((37, 51), dtype)
     if dtype == torch.float32:
@@ -457,7 +457,8 @@ def test_median_and_kthvalue(check_compiled, target, dtype):
     pick("median(0, keepdim)", lambda x: torch.median(x, 0, keepdim=True), 0, keepdim=True)
     pick("kthvalue(5, 1)", lambda x: torch.kthvalue(x, 5, 1), 1)
     pick("kthvalue(37, 0, keepdim)", lambda x: torch.kthvalue(x, 37, 0, keepdim=True), 0, keepdim=True)
-    picked["median(1) indices"] = lambda x: torch.median(x, 1)[1]
+    if target != "cuda":  # eager's CPU median takes the first of equal values and of NaNs; its GPU one need not
+        picked["median(1) indices"] = lambda x: torch.median(x, 1)[1]
     fns = list(picked.values())
     cap = check_compiled(lambda x: tuple(f(x) for f in fns), x, names=list(picked))
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
