@@ -104,9 +104,17 @@ def _rows_reduced_first(g, x, outer, dims, rtype) -> int:
     the rows are read anyway, and leaves a sum over the rows' partials (Inductor's
     split reduction does the same). Reduced whole, the rows are read again by a
     kernel of their own (H100, (x.softmax(-1) * x).sum() over [8192, 4096] fp32:
-    49.3 + 53.7 us in two kernels that each read x)."""
+    49.3 + 53.7 us in two kernels that each read x). In Triton, not for a few rows
+    too long for registers: alone, the row reduction splits them across programs,
+    which a second pass over each row in its kernel would prevent
+    (scheduler._splits_rows_alone). In C++ always: its whole-tensor sum of a value
+    read per row adds on one accumulator a thread, not in lanes (64 rows of 50257:
+    2.4e-4 relative error, row by row none measurable in float32)."""
+    from ..codegen import triton_config as tc  # it imports the scheduler, which imports lowerings
+
     if rtype not in ir.REDUCED_IN_PARTS or len(dims) < 2:
         return 0
+    triton = g.device.type == "cuda" or config.cpu_target == "triton"
     iv, rv = loop_vars("i", len(outer)), loop_vars("r", len(dims))
     full = [None] * x.ndim
     for d, v in [*zip(outer, iv), *zip(dims, rv)]:
@@ -125,7 +133,8 @@ def _rows_reduced_first(g, x, outer, dims, rtype) -> int:
             rows = math.prod(x.size[d] for d in outer + dims[:k])
             row = math.prod(x.size[d] for d in dims[k:])
             if (math.prod(buf.ranges), math.prod(buf.reduction_ranges)) == (rows, row) and used <= {*iv, *rv[:k]}:
-                return k
+                few_long = rows < 2 * tc.SM_COUNT and row > max(tc.WIDE_PERSISTENT_MAX_RBLOCK.values())
+                return 0 if few_long and triton else k
     return 0
 
 

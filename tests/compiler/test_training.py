@@ -140,6 +140,23 @@ def test_a_loss_over_normalized_rows_is_reduced_in_their_kernel(check_on_every_t
         assert parts.bytes_read == 37 * 5 * 4, (name, parts.bytes_read)  # the float32 parts only
 
 
+def test_a_loss_over_few_long_rows(check_on_every_target, target):
+    """Over a few rows longer than registers hold, Triton keeps the loss a kernel
+    of its own (the rows' statistics kernel splits them across programs alone);
+    C++ still reduces row by row, whose lanes keep a float32 loss over 3.2M
+    elements as accurate as eager's (added on one accumulator a thread, it was
+    off by 2e-3 of its value)."""
+    torch.manual_seed(7)
+    x = torch.randn(64, 50257) if target == "cpp" else torch.randn(8, 40000)
+    loss = lambda x: (x.softmax(-1) * x).sum()  # noqa: E731
+    cap = check_on_every_target(loss, x, tol=dict(rtol=1e-5, atol=1e-5))
+    rows, total = cap.kernels
+    if target == "cpp":
+        assert total.bytes_read == x.shape[0] * 4, total.bytes_read  # the rows' float32 parts
+    else:
+        assert total.bytes_read >= x.nbytes, total.bytes_read
+
+
 def test_training_with_a_second_batch_size():
     """The last batch is smaller: Dynamo retraces with symbolic sizes, and
     forward and backward are compiled again for that size, grads equal eager's."""
