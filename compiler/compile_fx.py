@@ -24,12 +24,6 @@ def graph_device(example_inputs) -> torch.device:
     return devices[0] if devices else torch.device("cpu")
 
 
-def codegen_target(device: torch.device) -> str:
-    if device.type == "cuda":
-        return "triton"
-    return config.cpu_target
-
-
 def has_symbolic_sizes(example_inputs) -> bool:
     for x in example_inputs:
         if isinstance(x, torch.SymInt):
@@ -47,7 +41,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str = "inferen
     graph = GraphLowering(gm, example_inputs, device).run()
     _report_output_strides(graph)
     sched = schedule(graph)
-    target = codegen_target(device)
+    target = config.target_for(device)
     backend = _backend(target)
     buffers = {b.name: b for b in graph.buffers}
 

@@ -43,6 +43,10 @@ class Config:
     # write each graph's generated wrapper and kernels here (besides the cache)
     debug_dir: str | None = dataclasses.field(default_factory=lambda: os.environ.get("FUSION_DEBUG_DIR"))
 
+    def target_for(self, device) -> str:
+        """The codegen that renders kernels for `device`: "triton" for CUDA tensors, else cpu_target."""
+        return "triton" if device.type == "cuda" else self.cpu_target
+
     @contextlib.contextmanager
     def patch(self, **changes):
         old = {k: getattr(self, k) for k in changes}

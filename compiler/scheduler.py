@@ -128,7 +128,7 @@ class FusedKernel:
         for m in self.members:
             if m in online:
                 continue
-            if m.role == "reduction" and (m.phase != 0 or m.node.buffer.reduction_type not in REDUCTIONS_THAT_SPLIT):
+            if m.role == "reduction" and (m.phase != 0 or m.node.buffer.reduction_type not in ir.REDUCED_IN_PARTS):
                 return False
             if m.phase > 1:
                 return False
@@ -148,7 +148,6 @@ class ExternStep:
 
 
 X, R = symbol("x0"), symbol("r0")
-REDUCTIONS_THAT_SPLIT = ir.REDUCED_IN_PARTS
 
 
 def online_softmax_sums(members: list[Member]) -> dict:
@@ -492,11 +491,6 @@ class Scheduler:
                     m.stored = True
 
 
-def _renders_triton(device) -> bool:
-    """Whether this device's kernels are Triton's (which split a softmax's online sums)."""
-    return device.type == "cuda" or config.cpu_target == "triton"
-
-
 def _splits_rows_alone(kernel: FusedKernel, device) -> str:
     """Why a per-element consumer must not join this reduction ("" when it may):
     alone, the planner splits its rows across programs or streams each row once,
@@ -531,7 +525,7 @@ def _splits_rows_alone(kernel: FusedKernel, device) -> str:
                  f"in blocks of {tc.outer_width(xn)} columns")
         if kernel.can_split() and tc.splits_outer_rows(xn, rn):
             return f"{alone}; a per-element consumer would make each program walk every row in narrower blocks"
-        online = kernel.can_split(online_sums=_renders_triton(device))
+        online = kernel.can_split(online_sums=config.target_for(device) == "triton")
         if online and tc.splits_outer_rows(xn, rn) and tc.cdiv(xn, tc.outer_width(xn)) < tc.SM_COUNT:
             return (f"{alone}; a per-element consumer would leave SMs without a block of columns, "
                     "each program walking every row twice")
@@ -565,7 +559,7 @@ def _absorbs_well(kernel: FusedKernel, device) -> bool:
 
     if not tc.reduces_contiguous(kernel):
         return False
-    if not _renders_triton(device):
+    if not config.target_for(device) == "triton":
         return True
     itemsize = max(m.node.buffer.dtype.itemsize for m in kernel.members)
     aligned = kernel.rnumel * itemsize % 16 == 0

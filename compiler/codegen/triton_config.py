@@ -20,10 +20,11 @@ import dataclasses
 import sympy
 import torch
 
+from .. import ir
 from ..config import config
 from ..index import FloorDiv, ModularIndexing, simplify_with_ranges, symbol
 from ..runtime.triton_build import interpreting
-from ..scheduler import REDUCTIONS_THAT_SPLIT, R, X, FusedKernel, layout_deciding
+from ..scheduler import R, X, FusedKernel, layout_deciding
 from .common import SORTS
 
 SM_COUNT = 132  # H100 / H200
@@ -455,7 +456,7 @@ def _persistent_config(xn: int, rblock: int, inner: bool, gpu: bool, itemsize: i
 def cooperates(kernel: FusedKernel) -> bool:
     """Whether every reduction of the kernel can combine partial results over a
     row's slices (not argmax: positions would need the slices' offsets)."""
-    return all(m.node.buffer.reduction_type in REDUCTIONS_THAT_SPLIT for m in kernel.members if m.role == "reduction")
+    return all(m.node.buffer.reduction_type in ir.REDUCED_IN_PARTS for m in kernel.members if m.role == "reduction")
 
 
 def cooperative_rows(xn: int, rn: int) -> bool:

@@ -418,7 +418,7 @@ def _reduces_atomically(device, dtype, reduce: str) -> bool:
     which checks the code, still renders them)."""
     if dtype == torch.bool:
         return False
-    if device.type != "cuda" and config.cpu_target != "triton":
+    if config.target_for(device) != "triton":
         return True
     if reduce != "sum":
         return dtype in (torch.int32, torch.int64) or (device.type != "cuda" and dtype in (torch.float32, torch.float64))

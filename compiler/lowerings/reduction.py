@@ -114,7 +114,11 @@ def _rows_reduced_first(g, x, outer, dims, rtype) -> int:
 
     if rtype not in ir.REDUCED_IN_PARTS or len(dims) < 2:
         return 0
-    triton = g.device.type == "cuda" or config.cpu_target == "triton"
+    triton = config.target_for(g.device) == "triton"
+    longest_held = max(tc.WIDE_PERSISTENT_MAX_RBLOCK.values())
+    # (k, rows, row length) of each way to cut dims in two
+    cuts = [(k, math.prod(x.size[d] for d in outer + dims[:k]), math.prod(x.size[d] for d in dims[k:]))
+            for k in range(1, len(dims))]
     iv, rv = loop_vars("i", len(outer)), loop_vars("r", len(dims))
     full = [None] * x.ndim
     for d, v in [*zip(outer, iv), *zip(dims, rv)]:
@@ -129,12 +133,10 @@ def _rows_reduced_first(g, x, outer, dims, rtype) -> int:
         if not (isinstance(buf, ir.ComputedBuffer) and buf.is_reduction):
             continue
         used = e.args[1].free_symbols
-        for k in range(1, len(dims)):
-            rows = math.prod(x.size[d] for d in outer + dims[:k])
-            row = math.prod(x.size[d] for d in dims[k:])
+        for k, rows, row in cuts:
             if (math.prod(buf.ranges), math.prod(buf.reduction_ranges)) == (rows, row) and used <= {*iv, *rv[:k]}:
-                few_long = rows < 2 * tc.SM_COUNT and row > max(tc.WIDE_PERSISTENT_MAX_RBLOCK.values())
-                return 0 if few_long and triton else k
+                few_long = triton and rows < 2 * tc.SM_COUNT and row > longest_held
+                return 0 if few_long else k
     return 0
 
 

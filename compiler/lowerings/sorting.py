@@ -49,8 +49,9 @@ def kthvalue(g, node, x, k, dim=-1, keepdim=False):
     rows sorted (the first k kept), NaN counting as the largest, as in eager."""
     if x.ndim == 0 or not 1 <= k <= x.size[dim % x.ndim]:
         raise Unsupported("kthvalue of a 0-d tensor, or k out of its range (ATen raises)")
+    dim = dim % x.ndim
     values, indices = sorted_rows(g, node, x, dim, False, k)
-    return _at(values, dim % x.ndim, k - 1, keepdim), _at(indices, dim % x.ndim, k - 1, keepdim)
+    return _at(values, dim, k - 1, keepdim), _at(indices, dim, k - 1, keepdim)
 
 
 @register(aten.median.dim)
@@ -112,7 +113,7 @@ def sorted_rows(g, node, x, dim, descending: bool, k: int | None):
         raise Unsupported(f"sort of {x.dtype}: its values do not fit a 64-bit key with their position")
     if 0 in x.size or k == 0:
         raise Unsupported("sort of an empty tensor")
-    if (g.device.type == "cuda" or config.cpu_target == "triton") and n > TRITON_MAX_SORTED:
+    if config.target_for(g.device) == "triton" and n > TRITON_MAX_SORTED:
         raise Unsupported(f"sort of rows over {TRITON_MAX_SORTED} long in Triton (a row is one block)")
     size = tuple(x.size)
     stride = contiguous_strides(size)
