@@ -445,6 +445,9 @@ X_BLOCK = 64
 SCAN_STEP = 256
 # bytes of lane accumulators of a row's float sum (four AVX-512 vectors, eight AVX2)
 SUM_LANE_BYTES = 256
+# values one float sum's accumulator adds before joining its total (see _sum_chunk)
+SUM_CHUNK_ADDS = 256
+VECTOR_LANES = 16  # floats of a vector accumulator (AVX-512), to count its adds
 
 
 class CppKernel:
@@ -891,49 +894,52 @@ class CppKernel:
             if rt in ("max", "min") and t.is_floating_point:
                 decls.append(("int", f"{acc}_nan", "0"))
                 clauses.append(f"reduction(|:{acc}_nan)")
-        if self.block:
-            body.extend(f"{indent}{ct} {n}[{self.block}];" for ct, n, _ in decls)
-            if decls:
-                inner = self._lanes_open(body, indent, define_x=False)
-                body.extend(f"{inner}{n}[xi] = {v};" for _, n, v in decls)
-                body.append(indent + "}")
-        elif lanes:
-            body.extend(f"{indent}{ct} {n}_lanes[{lanes}] __attribute__((aligned(64)));" for ct, n, _ in decls)
-            body.extend(f"{indent}for (int64_t ri = 0; ri < {lanes}; ri++) {n}_lanes[ri] = {v};" for _, n, v in decls)
-        else:
-            body.extend(f"{indent}{ct} {n} = {v};" for ct, n, v in decls)
         rnumel = max(self.k.rnumel, 1)
         if not self.block:
             self._hoist(members, row_cse, body, indent, (R,))
         split = 0 if self.block or parallel_r else _r_split(members, rnumel)
         split = 0 if lanes and split % lanes else split
+        count = split or rnumel
+        full = count - count % lanes if lanes else count
+        # the outermost loop over r: its variable, end and step
+        var, stop, step = ("r0o", rnumel // split, 1) if split else ("r0b", full, lanes) if lanes else ("r0", rnumel, 1)
+        chunk = self._sum_chunk(reds, lanes, split, stop, parallel_r)
         outer = indent
+        if chunk:  # the sums of a chunk at a time join their totals (see _sum_chunk)
+            self._declare(decls, body, indent, "_done")
+            if parallel_r:
+                body.append(f"{indent}#pragma omp parallel for {' '.join(c.replace(')', '_done)') for c in clauses)}")
+            body.append(f"{indent}for (int64_t r0c = 0; r0c < {stop}; r0c += {chunk})")
+            body.append(indent + "{")
+            indent += "    "
+        self._declare(decls, body, indent, "_lanes" if lanes else "", lanes)
+        end = f"fusion_min<int64_t>(r0c + {chunk}, {stop})" if chunk else stop
+        first = "r0c" if chunk else "0"
+        head = f"for (int64_t {var} = {first}; {var} < {end}; {var}{'++' if step == 1 else f' += {step}'})"
         if split:  # r0 // split is constant along the vectorized inner loop
-            body.append(f"{indent}for (int64_t r0o = 0; r0o < {rnumel // split}; r0o++)")
+            body.append(indent + head)
             body.append(indent + "{")
             indent += "    "
             self.r_split = split
             row_cse = dict(row_cse)  # with the values of this r0o (group_norm's channel weight)
             self._hoist(members, row_cse, body, indent, (R, R_INNER))
         if lanes:
-            count = split or rnumel
-            full = count - count % lanes
-            body.append(f"{indent}for (int64_t r0b = 0; r0b < {full}; r0b += {lanes})")
+            body.append(indent + (head if not split else f"for (int64_t r0b = 0; r0b < {full}; r0b += {lanes})"))
             body.append(indent + "{")
             self._lane_loop(members, accs, lane, body, indent + "    ", "r0b", lanes, row_cse, loop)
             body.append(indent + "}")
-            if full < count:  # the last, partial block of lanes
+            if full < count and (split or not chunk):  # the last, partial block of lanes
                 self._lane_loop(members, accs, lane, body, indent, str(full), count - full, row_cse, loop)
         else:
             # r is vectorized unless argmax/argmin need its order, or the lanes are vectorized instead
             if not self.block and all(m.node.buffer.reduction_type not in ("argmax", "argmin") for m in reds):
-                body.append(f"{indent}#pragma omp {'parallel for simd' if parallel_r else 'simd'} {' '.join(clauses)}")
+                body.append(f"{indent}#pragma omp {'parallel for simd' if parallel_r and not chunk else 'simd'} {' '.join(clauses)}")
             if split:
                 body.append(f"{indent}for (int64_t r0i = 0; r0i < {split}; r0i++)")
                 body.append(indent + "{")
                 body.append(f"{indent}    const int64_t r0 = r0o * {split} + r0i;")
             else:
-                body.append(f"{indent}for (int64_t r0 = 0; r0 < {rnumel}; r0++)")
+                body.append(indent + head)
                 body.append(indent + "{")
             inner = indent + "    "
             if self.block:  # what a step r0 needs alike for every lane: once per step
@@ -946,9 +952,21 @@ class CppKernel:
             body.append(indent + "}")
         if split:
             self.r_split = 0
+            indent = indent[:-4]
+            body.append(indent + "}")
+        if chunk:
+            self._add_to_totals(decls, body, indent, lanes)
             indent = outer
             body.append(indent + "}")
-        if lanes:
+            if lanes and full < count:  # the last, partial block of lanes, on its own
+                body.append(indent + "{")
+                self._declare(decls, body, indent + "    ", "_lanes", lanes)
+                self._lane_loop(members, accs, lane, body, indent + "    ", str(full), count - full, row_cse, loop)
+                self._add_to_totals(decls, body, indent + "    ", lanes)
+                body.append(indent + "}")
+            chunk_lane, lane = lane, "[xi]" if self.block else ""
+            accs = {name: f"{acc[: len(acc) - len(chunk_lane)]}_done{lane}" for name, acc in accs.items()}
+        elif lanes:
             for ct, n, _ in decls:
                 body.append(f"{indent}{ct} {n} = fusion_sum_lanes<{ct}, {lanes}>({n}_lanes);")
             accs = {name: acc[: -len(lane)] for name, acc in accs.items()}
@@ -972,6 +990,54 @@ class CppKernel:
         for m in members:
             if m.role == "full":
                 self.row_vars.pop(m.node.name, None)
+
+    def _declare(self, decls, body, indent, suffix: str, lanes: int = 0):
+        """The accumulators (named with suffix), set to their initial values: one a
+        block lane, one an r lane, or one."""
+        size = self.block or lanes
+        if not size:
+            body.extend(f"{indent}{ct} {n}{suffix} = {v};" for ct, n, v in decls)
+            return
+        body.extend(f"{indent}{ct} {n}{suffix}[{size}]" + (" __attribute__((aligned(64)));" if lanes else ";") for ct, n, _ in decls)
+        if self.block:
+            inner = self._lanes_open(body, indent, define_x=False)
+            body.extend(f"{inner}{n}{suffix}[xi] = {v};" for _, n, v in decls)
+            body.append(indent + "}")
+        else:
+            body.extend(f"{indent}for (int64_t ri = 0; ri < {lanes}; ri++) {n}{suffix}[ri] = {v};" for _, n, v in decls)
+
+    def _add_to_totals(self, decls, body, indent, lanes: int):
+        """A chunk's sums added into their totals (_done)."""
+        if self.block:
+            inner = self._lanes_open(body, indent, define_x=False)
+            body.extend(f"{inner}{n}_done[xi] += {n}[xi];" for _, n, _ in decls)
+            body.append(indent + "}")
+        elif lanes:
+            body.extend(f"{indent}{n}_done += fusion_sum_lanes<{ct}, {lanes}>({n}_lanes);" for ct, n, _ in decls)
+        else:
+            body.extend(f"{indent}{n}_done += {n};" for _, n, _ in decls)
+
+    def _sum_chunk(self, reds, lanes, split, stop, parallel_r) -> int:
+        """Steps of the outermost loop over r (of `stop`) after which float sums add
+        their accumulators into totals and start again from 0, or 0 for one run. One
+        accumulator adding a whole long row, or the whole tensor, loses precision as it
+        grows: (x * x).sum() over 8M floats was off by 1.6e-4 of its value (eager:
+        2e-8, by its cascade sum). In chunks of SUM_CHUNK_ADDS values an accumulator, as
+        Inductor's CascadeSumHelper; in parallel, at least a chunk a thread."""
+        if not reds or any(m.node.buffer.reduction_type != "sum" or not m.value.dtype.is_floating_point for m in reds):
+            return 0
+        if split:  # steps of r0o, each of split values over lanes or a vector's lanes
+            chunk = max(1, SUM_CHUNK_ADDS // -(-split // (lanes or VECTOR_LANES)))
+        elif lanes:  # r0b steps by lanes
+            chunk = SUM_CHUNK_ADDS * lanes
+        elif self.block:  # one value a lane a step
+            chunk = SUM_CHUNK_ADDS
+        else:
+            chunk = SUM_CHUNK_ADDS * VECTOR_LANES
+            if parallel_r:
+                threads = os.cpu_count() or 1
+                chunk = min(chunk, -(-stop // (threads * VECTOR_LANES)) * VECTOR_LANES)
+        return chunk if stop > chunk else 0
 
     def _hoist(self, members, row_cse, body, indent, along: tuple):
         """Values of the loop's members that are the same for every step of the
