@@ -15,7 +15,7 @@ from .. import ir
 from ..config import config
 from ..graph import Lazy, View, replayable
 from ..index import FloorDiv, contiguous_strides, linear_index, loop_vars, symbol
-from . import reduction
+from . import reduction, sorting
 from .registry import Unsupported, broadcast_load, is_tensor, make_pointwise, origins_of, out_val, register, upcast
 
 aten = torch.ops.aten
@@ -140,6 +140,7 @@ def _bind(e: ir.Expr, binds: tuple, memo: dict) -> ir.Expr:
 # scatter reads every index along the scatter dim for each output element: fine
 # for the few a backward pass has (nll_loss, gather); longer ones are atomic scatters
 SCATTER_MAX_INDICES = 64
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
 @register(aten.scatter_add.default)
@@ -169,13 +170,14 @@ def scatter_reduce(g, node, x, dim, index, src, reduce, *, include_self=True):
     """x with each src value added at, or kept where larger or smaller than, the
     element its index picks: a graph network's sum, max or min aggregation. Without
     include_self (PyG's way), the values combine from the operation's identity and
-    land only where an index picks; elsewhere x stays, which a second scatter marks.
-    "prod" has no atomic form, and "mean" needs counts (left to ATen)."""
+    land only where an index picks; elsewhere x stays, which a second scatter marks
+    (Triton's float max and min mark it in their keys: _extremes_of_keys). "prod"
+    has no atomic form, and "mean" needs counts (left to ATen)."""
     dtype = out_val(node).dtype
     if reduce not in ("sum", "amax", "amin") or dtype == torch.bool:
         raise Unsupported(f"scatter_reduce {reduce!r} of {dtype}")
-    if include_self:
-        return _scatter_along(g, node, x, dim, index, src, reduce)
+    if include_self or reduce != "sum" and _combines_keys(g.device, dtype):
+        return _scatter_along(g, node, x, dim, index, src, reduce, include_self=include_self)
     low, high = (-math.inf, math.inf) if dtype.is_floating_point else (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
     identity = {"sum": 0, "amax": low, "amin": high}[reduce]
     filled = lambda value, dt: Lazy(x.size, dt, lambda idx: ir.const(value, dt))  # noqa: E731
@@ -189,10 +191,11 @@ def _long_scatter(x, dim, index) -> bool:
     return x.ndim > 0 and index.ndim == x.ndim and index.size[dim % x.ndim] > SCATTER_MAX_INDICES
 
 
-def _scatter_along(g, node, x, dim, index, src, reduce: str | None, dtype=None) -> View:
+def _scatter_along(g, node, x, dim, index, src, reduce: str | None, dtype=None, include_self: bool = True) -> View:
     """torch.scatter(_add, _reduce): src at each point of `index` lands in x where
     the point is, its position along `dim` replaced by the index value there
-    (`dtype`: the result's, when not the node's)."""
+    (`dtype`: the result's, when not the node's; include_self: False only where
+    _combines_keys)."""
     dim = dim % max(x.ndim, 1)
     if x.ndim == 0 or index.ndim != x.ndim:
         raise Unsupported("scatter of a 0-d input, or with an index of another rank")
@@ -202,7 +205,7 @@ def _scatter_along(g, node, x, dim, index, src, reduce: str | None, dtype=None) 
         return _element(x.size, {d: i for d, i in enumerate(idx) if d != dim}, {dim: at})
 
     return _scatter_into(g, node, x, tuple(index.size), place, lambda idx: broadcast_load(src, index.size, idx),
-                         reduce, origins_of(g, node, x, index, src), dtype)
+                         reduce, origins_of(g, node, x, index, src), dtype, include_self)
 
 
 def _scatter_hits(g, node, x, dim, index, src, rtype):
@@ -332,7 +335,8 @@ def _scatter(g, node, x, indices, values, accumulate: bool) -> View:
                          "sum" if accumulate else None, origins_of(g, node, x, values, *picks.tensors))
 
 
-def _scatter_into(g, node, x, size, place, value, reduce: str | None, origins, dtype=None) -> View:
+def _scatter_into(g, node, x, size, place, value, reduce: str | None, origins, dtype=None,
+                  include_self: bool = True) -> View:
     """x with value(idx) written to (or, by `reduce`, added to or kept where larger
     or smaller than) the element place(idx) gives (an offset into x laid out
     contiguously, and where it is valid), for every idx of `size`: a copy of x (or
@@ -344,6 +348,8 @@ def _scatter_into(g, node, x, size, place, value, reduce: str | None, origins, d
     if reduce == "sum" and torch.are_deterministic_algorithms_enabled():
         raise Unsupported(f"{node.target} adds atomically, in no fixed order (torch.use_deterministic_algorithms is on)")
     dtype = dtype or out_val(node).dtype
+    if reduce in ("amax", "amin") and _combines_keys(g.device, dtype):
+        return _extremes_of_keys(g, node, x, size, place, value, reduce, origins, include_self)
     if reduce and not _reduces_atomically(g.device, dtype, reduce):
         raise Unsupported(f"{node.target} ({reduce}) of {dtype}: no atomic form of it here")
 
@@ -357,6 +363,53 @@ def _scatter_into(g, node, x, size, place, value, reduce: str | None, origins, d
         kind="scatter", ranges=tuple(size), reduction_type=reduce, body=body,
         scatter_init=init, origins=origins, origin_ops=g.ops_of(origins)))
     return View(buf, buf.size, buf.stride)
+
+
+def _combines_keys(device, dtype) -> bool:
+    """Whether a scatter max or min of `dtype` combines int32 keys (_extremes_of_keys)."""
+    return dtype in (torch.float32, torch.float16, torch.bfloat16) and config.target_for(device) == "triton"
+
+
+def _extremes_of_keys(g, node, x, size, place, value, reduce: str, origins, include_self: bool) -> Lazy:
+    """A float scatter max or min in Triton, done on int32 keys that order as the
+    floats do (a float32's bits, flipped but for the sign where negative): Triton's
+    float atomic max is two atomics (a signed max of the non-negative values, an
+    unsigned min of the negative ones), its int32 one is one, and 16-bit floats,
+    which have none, go through float32 exactly. NaN takes the key that wins (the
+    largest for a max, the smallest for a min), which reads back as NaN, as eager
+    propagates it. Without include_self (PyG's aggregation) the keys start from
+    the other end, which no value takes: an element left there keeps x, with no
+    second scatter to mark the picked ones."""
+    dtype = out_val(node).dtype
+    nan_key, untouched = (INT32_MAX, INT32_MIN) if reduce == "amax" else (INT32_MIN, INT32_MAX)
+
+    def key(e: ir.Expr) -> ir.Expr:
+        f = ir.cast(e, torch.float32)
+        ordered = sorting.flip_negatives(ir.bitcast(f, torch.int32))
+        return ir.op("where", ir.op("ne", f, f, dtype=torch.bool), ir.const(nan_key, torch.int32), ordered,
+                     dtype=torch.int32)
+
+    fill = None if include_self else untouched
+    if include_self and isinstance(x, Lazy) and x.realized is None:
+        with ir.reading_as(None):
+            e = x.load(loop_vars("i", x.ndim))
+        if e.op == "const":  # a fill: its key, computed here
+            f = torch.tensor(float(e.args[0]), dtype=torch.float32)
+            bits = int(f.view(torch.int32))
+            fill = nan_key if f.isnan() else bits ^ 0x7FFFFFFF if bits < 0 else bits
+    start = (Lazy(x.size, torch.int32, lambda idx: ir.const(fill, torch.int32)) if fill is not None
+             else Lazy(x.size, torch.int32, lambda idx: key(x.load(idx)), origins))
+    keys = _scatter_into(g, node, start, size, place, lambda idx: key(value(idx)), reduce, origins, torch.int32)
+
+    def result(idx):
+        k = keys.load(idx)
+        v = ir.cast(ir.bitcast(sorting.flip_negatives(k), torch.float32), dtype)
+        if include_self:
+            return v
+        kept = ir.op("eq", k, ir.const(untouched, torch.int32), dtype=torch.bool)
+        return ir.op("where", kept, ir.cast(x.load(idx), dtype), v, dtype=dtype)
+
+    return Lazy(x.size, dtype, result, origins)
 
 
 def add_into_scatter(g, node, a, b) -> View | None:
@@ -410,18 +463,14 @@ def _reduces_atomically(device, dtype, reduce: str) -> bool:
     """Whether the kernels for `device` can combine `dtype` into memory: C++ does
     on one thread. Triton has no atomic add of bools or 8- and 16-bit integers,
     and one of bfloat16 only from Hopper on (as TorchInductor finds), not
-    interpreted; its atomic max and min take 32- and 64-bit values only, and of a
-    float they are two atomics (a signed max of the non-negative values, an
-    unsigned min of the negative ones), slower on a GPU than ATen's scatter (H200,
-    PyG's max aggregation of [262144, 64] fp32 into 16384 rows: 130.2 us in that
-    kernel, 147.2 a call against ATen's 123.8 in Inductor's; the interpreter,
-    which checks the code, still renders them)."""
+    interpreted; its atomic max and min take 32- and 64-bit integers here (floats
+    combine as int32 keys before this: _extremes_of_keys; float64 is left to ATen)."""
     if dtype == torch.bool:
         return False
     if config.target_for(device) != "triton":
         return True
     if reduce != "sum":
-        return dtype in (torch.int32, torch.int64) or (device.type != "cuda" and dtype in (torch.float32, torch.float64))
+        return dtype in (torch.int32, torch.int64)
     if dtype in (torch.int8, torch.uint8, torch.int16):
         return False
     if dtype == torch.bfloat16:

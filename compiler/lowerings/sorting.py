@@ -148,7 +148,7 @@ def _pack(v: ir.Expr, r, n: int, descending: bool) -> ir.Expr:
         f = ir.cast(v, torch.float32)
         f = ir.op("add", f, _c(0.0, torch.float32), dtype=torch.float32)  # -0.0 ties with 0.0
         f = ir.op("where", ir.op("ne", f, f, dtype=torch.bool), _c(float("nan"), torch.float32), f, dtype=torch.float32)
-        ordered = _flip_negatives(ir.bitcast(f, I32))
+        ordered = flip_negatives(ir.bitcast(f, I32))
     else:
         ordered = ir.cast(v, I32)
     # a descending sort takes larger keys first: ties then keep their order by n - 1 - r
@@ -161,10 +161,10 @@ def _value(key: ir.Expr, dtype: torch.dtype) -> ir.Expr:
     ordered = ir.cast(ir.op("rshift", key, _c(32), dtype=I64), I32)
     if not dtype.is_floating_point:
         return ir.cast(ordered, dtype)
-    return ir.cast(ir.bitcast(_flip_negatives(ordered), torch.float32), dtype)
+    return ir.cast(ir.bitcast(flip_negatives(ordered), torch.float32), dtype)
 
 
-def _flip_negatives(b: ir.Expr) -> ir.Expr:
+def flip_negatives(b: ir.Expr) -> ir.Expr:
     """A float32's bits (int32) flipped, but for the sign, where negative: then
     they order as the floats do. Its own inverse."""
     flip = ir.op("bitwise_and", ir.op("rshift", b, _c(31, I32), dtype=I32), _c(0x7FFFFFFF, I32), dtype=I32)

@@ -292,11 +292,17 @@ def test_scatter_reduce_sums_and_extremes_are_scatters(check_on_every_target, ta
     atomic_min on Triton, in order on one thread in C++), into x's copy; without
     include_self (PyG's aggregation), from the operation's identity, with a
     second scatter marking the elements an index picks (the others keep x).
-    Triton has no atomic max of 16-bit values and the interpreter no atomic add
-    of them: those stay ATen's, as do a GPU's float max and min (ATen's were
-    faster) and "mean" and "prod"."""
+    Triton's float max and min combine int32 keys that order as the floats do,
+    NaN winning as in eager; without include_self their keys start where no value
+    lands, which marks the elements no index picks. The interpreter has no atomic add of 16-bit values:
+    those stay ATen's, as do "mean" and "prod"."""
     torch.manual_seed(6)
     x, src = rand((37, 5), dtype), rand((300, 5), dtype)
+    if dtype.is_floating_point:
+        x[3, 1] = src[7, 2] = float("nan")
+        src[8, 0], src[9, 4] = float("inf"), -float("inf")
+        src[10:20] = 0.0  # -0.0 and 0.0 alike
+        src[20:30] = -0.0
     index = torch.randint(0, 37, (300, 5))  # duplicates; some rows of x picked by none
     cases = [(r, s) for r in ("sum", "amax", "amin") for s in (True, False)]
     table = {f"{r}, include_self={s}": (lambda x, i, v, r=r, s=s: (x * 2).scatter_reduce(0, i, v + 1, r, include_self=s))
@@ -305,15 +311,16 @@ def test_scatter_reduce_sums_and_extremes_are_scatters(check_on_every_target, ta
     fns = list(table.values())
     tol = dict(rtol=2e-2, atol=5e-2) if dtype == torch.bfloat16 else None  # adds in another order
     cap = check_on_every_target(lambda *a: tuple(f(*a) for f in fns), x, index, src, names=list(table), tol=tol)
-    triton = target != "cpp"
-    ours = [(r, s) for r, s in cases if not (triton and dtype == torch.bfloat16 and (r != "sum" or target == "triton"))
-            and not (target == "cuda" and dtype.is_floating_point and r != "sum")]
-    if triton and dtype == torch.bfloat16 and target == "cuda" and torch.cuda.get_device_capability() < (9, 0):
-        ours = []
+    no_bf16_adds = target == "triton" or target == "cuda" and torch.cuda.get_device_capability() < (9, 0)
+    ours = [(r, s) for r, s in cases if not (dtype == torch.bfloat16 and r == "sum" and no_bf16_adds)]
+    keys = target != "cpp" and dtype.is_floating_point  # one scatter of keys, picked or not
     scatters = [k for k in cap.kernels if k.kind == "scatter"]
-    assert len(scatters) == sum(1 if s else 2 for _, s in ours), [k.name for k in cap.kernels]
+    assert len(scatters) == sum(1 if s or keys and r != "sum" else 2 for r, s in ours), [k.name for k in cap.kernels]
     assert all(f.op == "aten.scatter_reduce.two" and f.reason for f in cap.fallbacks), cap.fallbacks
     assert len(cap.fallbacks) == 1 + len(cases) - len(ours), [(f.op, f.reason) for f in cap.fallbacks]
+    if target != "cpp" and dtype.is_floating_point:  # the extremes combine int32 keys
+        assert sum("tl.atomic_max" in k.source or "tl.atomic_min" in k.source for k in scatters) == 4
+        assert all("tl.int32" in k.source for k in scatters if "tl.atomic_max" in k.source or "tl.atomic_min" in k.source)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
