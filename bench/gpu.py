@@ -316,10 +316,11 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
         Workload("embedding backward [8192]x768 -> 50257 fp32", lambda: (
             lambda g, i: torch.ops.aten.embedding_dense_backward(g, i, 50257, -1, False),
             (rnd(s(8192), 768, dtype=torch.float32), ids(s(8192), 50257)))),
-        Workload("scatter_reduce amax (PyG) [262144]x64 -> 16384 fp32", lambda: (
+        *(Workload(f"scatter_reduce {r} (PyG) [262144]x64 -> 16384 fp32", lambda r=r: (
             lambda v, i: torch.zeros(s(16384), 64, device=device).scatter_reduce(
-                0, i[:, None].expand(-1, 64), v, "amax", include_self=False),
-            (rnd(s(262144), 64, dtype=torch.float32), ids(s(262144), s(16384)))), memory_bound=False),
+                0, i[:, None].expand(-1, 64), v, r, include_self=False),
+            (rnd(s(262144), 64, dtype=torch.float32), ids(s(262144), s(16384)))), memory_bound=False)
+          for r in ("amax", "mean")),
         Workload("gpt2_block fwd+bwd [8,1024,1024] bf16", lambda: (lambda m: train(
             lambda x: m(x).float().pow(2).mean(), rnd(s(8), s(1024), 1024), params=m.parameters()))(
             GPT2Block().to(device, torch.bfloat16)), memory_bound=False, train=True),

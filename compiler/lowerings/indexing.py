@@ -168,23 +168,51 @@ def scatter_src(g, node, x, dim, index, src):
 @register(aten.scatter_reduce.two)
 def scatter_reduce(g, node, x, dim, index, src, reduce, *, include_self=True):
     """x with each src value added at, or kept where larger or smaller than, the
-    element its index picks: a graph network's sum, max or min aggregation. Without
-    include_self (PyG's way), the values combine from the operation's identity and
-    land only where an index picks; elsewhere x stays, which a second scatter marks
-    (Triton's float max and min mark it in their keys: _extremes_of_keys). "prod"
-    has no atomic form, and "mean" needs counts (left to ATen)."""
+    element its index picks: a graph network's sum, max, min or mean aggregation.
+    Without include_self (PyG's way), the values combine from the operation's
+    identity and land only where an index picks; elsewhere x stays, which a second
+    scatter marks (Triton's float max and min mark it in their keys:
+    _extremes_of_keys). "mean" is a sum and a count of the values an element takes
+    (see _scatter_mean); "prod" has no atomic form (left to ATen)."""
     dtype = out_val(node).dtype
-    if reduce not in ("sum", "amax", "amin") or dtype == torch.bool:
+    if reduce not in ("sum", "amax", "amin", "mean") or dtype == torch.bool:
         raise Unsupported(f"scatter_reduce {reduce!r} of {dtype}")
+    if reduce == "mean":
+        return _scatter_mean(g, node, x, dim, index, src, include_self)
     if include_self or reduce != "sum" and _combines_keys(g.device, dtype):
         return _scatter_along(g, node, x, dim, index, src, reduce, include_self=include_self)
     low, high = (-math.inf, math.inf) if dtype.is_floating_point else (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
     identity = {"sum": 0, "amax": low, "amin": high}[reduce]
-    filled = lambda value, dt: Lazy(x.size, dt, lambda idx: ir.const(value, dt))  # noqa: E731
-    landed = _scatter_along(g, node, filled(identity, dtype), dim, index, src, reduce)
-    picked = _scatter_along(g, node, filled(False, torch.bool), dim, index, True, None, dtype=torch.bool)
+    landed = _scatter_along(g, node, _filled(x, identity, dtype), dim, index, src, reduce)
+    picked = _scatter_along(g, node, _filled(x, False, torch.bool), dim, index, True, None, dtype=torch.bool)
     return make_pointwise(g, node, lambda p, v, a: ir.op("where", p, v, a, dtype=v.dtype), [picked, landed, x],
                           compute_dtype=[torch.bool, upcast(dtype), upcast(dtype)])
+
+
+def _scatter_mean(g, node, x, dim, index, src, include_self: bool):
+    """scatter_reduce's mean: the values an element takes summed (onto x, with
+    include_self) and counted, then divided (x counting once with include_self;
+    without it, an element no index picks keeps x). Integers divide rounding down,
+    as eager's."""
+    dtype = out_val(node).dtype
+    sums = _scatter_along(g, node, x if include_self else _filled(x, 0, dtype), dim, index, src, "sum")
+    counts = _scatter_along(g, node, _filled(x, 0, torch.int32), dim, index, 1, "sum", dtype=torch.int32)
+    cdt = upcast(dtype)
+    div = "truediv" if dtype.is_floating_point else "floordiv"
+
+    def mean(s, c, a):
+        if include_self:
+            return ir.op(div, s, ir.op("add", c, ir.const(1, cdt), dtype=cdt), dtype=cdt)
+        taken = ir.op("gt", c, ir.const(0, cdt), dtype=torch.bool)
+        return ir.op("where", taken, ir.op(div, s, ir.op("where", taken, c, ir.const(1, cdt), dtype=cdt), dtype=cdt),
+                     a, dtype=cdt)
+
+    return make_pointwise(g, node, mean, [sums, counts, x], compute_dtype=[cdt, cdt, cdt])
+
+
+def _filled(x, value, dtype) -> Lazy:
+    """A tensor of x's size, `value` everywhere (a scatter's start)."""
+    return Lazy(x.size, dtype, lambda idx: ir.const(value, dtype))
 
 
 def _long_scatter(x, dim, index) -> bool:
