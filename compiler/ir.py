@@ -115,6 +115,10 @@ def op(name: str, *args: Expr, dtype: torch.dtype) -> Expr:
     return Expr(name, tuple(args), dtype)
 
 
+# the dtypes kernels of ours load, compute and store (complex, float8 and the
+# unsigned integers wider than a byte are left to ATen)
+KERNEL_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+                           torch.int16, torch.int8, torch.uint8, torch.bool})
 # reductions whose partial results reduce with the same operation (split reductions, rows first)
 REDUCED_IN_PARTS = frozenset({"sum", "prod", "max", "min", "any", "all"})
 

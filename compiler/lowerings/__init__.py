@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import ir
 from .registry import LOWERINGS, Unsupported, register  # noqa: F401
 from . import pointwise, reduction, views, indexing, extern, prims, sorting  # noqa: F401  (fill the registry)
 from .extern import call_aten, device_copy, fallback, foreign_inputs, node_device
@@ -31,6 +32,9 @@ def lower_node(graph, node, args, kwargs):
         graph.crosses_devices = True
         args, kwargs = graph.args_with(node, {a: device_copy(graph, a) for a in foreign})
     fn = LOWERINGS.get(node.target) or LOWERINGS.get(getattr(node.target, "overloadpacket", None))
+    odd = _dtype_without_kernels(node)
+    if odd is not None:
+        return fallback(graph, node, args, kwargs, reason=f"{odd} tensors: no kernels of ours")
     if fn is None:
         return fallback(graph, node, args, kwargs, reason="no lowering")
     try:
@@ -39,3 +43,13 @@ def lower_node(graph, node, args, kwargs):
         return fallback(graph, node, args, kwargs, reason=str(e))
     except Exception as e:  # a lowering bug must not break compilation: ATen runs it, the record says why
         return fallback(graph, node, args, kwargs, reason=f"lowering failed: {type(e).__name__}: {e}")
+
+
+def _dtype_without_kernels(node) -> torch.dtype | None:
+    """A dtype of the node's tensors (its results, its inputs) that no kernel of ours handles."""
+    vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    for v in vals:
+        for t in v if isinstance(v, (list, tuple)) else [v]:
+            if isinstance(t, torch.Tensor) and t.dtype not in ir.KERNEL_DTYPES:
+                return t.dtype
+    return None

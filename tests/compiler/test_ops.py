@@ -670,6 +670,21 @@ def test_unsupported_op_falls_back(check_compiled, name, fn, op):
     assert len(cap.kernels) >= 1
 
 
+def test_complex_values_fall_back_with_a_reason(check_on_every_target):
+    """Ops on complex tensors (rotary embeddings in complex form, an FFT) run
+    through ATen, each listed with its reason; the float ops around them are
+    still kernels of ours (a complex buffer reaching a kernel crashed compilation)."""
+    torch.manual_seed(10)
+
+    def fn(y):
+        rotated = torch.view_as_real(torch.view_as_complex(y.view(16, 8, 2)) * (1 + 2j))
+        return (rotated.sum(-1) + 1).exp(), torch.fft.rfft(y).abs() * 2
+
+    cap = check_on_every_target(fn, rand((16, 16), torch.float32))
+    assert cap.fallbacks and all("complex64" in f.reason for f in cap.fallbacks), [(f.op, f.reason) for f in cap.fallbacks]
+    assert len(cap.kernels) == 2, [k.name for k in cap.kernels]
+
+
 def traced_ops(fn, *args) -> list[str]:
     """The ATen ops Dynamo and AOTAutograd trace for fn, without our compiler."""
     from torch._functorch.aot_autograd import aot_module_simplified
