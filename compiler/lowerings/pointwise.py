@@ -35,7 +35,8 @@ BINARY = {
     aten.minimum: "minimum", aten.fmax: "fmax", aten.fmin: "fmin", aten.atan2: "atan2",
     aten.hypot: "hypot", aten.copysign: "copysign", aten.fmod: "fmod", aten.remainder: "remainder",
     aten.bitwise_and: "bitwise_and", aten.bitwise_or: "bitwise_or", aten.bitwise_xor: "bitwise_xor",
-    aten.bitwise_left_shift: "lshift", aten.bitwise_right_shift: "rshift",
+    aten.bitwise_left_shift: "lshift", aten.bitwise_right_shift: "rshift", aten.__lshift__: "lshift",
+    aten.__rshift__: "rshift",
     aten.nextafter: "nextafter",
 }
 

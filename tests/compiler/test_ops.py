@@ -221,6 +221,7 @@ INTEGER_EDGES = {
     "fmod": lambda a, d, s: torch.fmod(a, d), "floordiv_scalar": lambda a, d, s: a // -1,
     "shift_left": lambda a, d, s: torch.bitwise_left_shift(a, s),
     "shift_right": lambda a, d, s: torch.bitwise_right_shift(a, s),
+    "shift_operators": lambda a, d, s: (a << s) ^ (a >> 5),  # aten.__lshift__ / __rshift__
 }
 
 
