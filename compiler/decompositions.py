@@ -49,6 +49,8 @@ _EXTRA = [
     aten.linalg_vector_norm,
     aten.repeat,
     aten.diagonal,
+    aten._adaptive_avg_pool2d,
+    aten.adaptive_max_pool2d,
 ]
 
 # Ops we lower ourselves (or call as externs) even though core decompositions exist.
@@ -79,11 +81,126 @@ def _softmax(x, dim: int, half_to_float: bool):
     return result if half_to_float else result.to(result_dtype)
 
 
+def _pair(v) -> tuple[int, int]:
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
+
+
+class _Windows:
+    """A 2-D pooling's geometry, as ATen computes it: window o starts at o * stride
+    - padding and reads kernel elements `dilation` apart; the input is padded on
+    both sides so that every window lies inside it. rows [oh, kh, 1, 1] and cols
+    [ow, kw] index the padded input: affine, so the windows are read directly
+    (lowerings.indexing._affine_forms)."""
+
+    def __init__(self, size, kernel_size, stride, padding, dilation, ceil_mode, device):
+        from torch._meta_registrations import pooling_output_shape
+
+        k, s, p, dl = _pair(kernel_size), _pair(stride or kernel_size), _pair(padding), _pair(dilation)
+        self.size, self.kernel, self.padding, self.dilation = tuple(size[-2:]), k, p, dl
+        self.out = [pooling_output_shape(n, k[d], p[d], s[d], dl[d], ceil_mode) for d, n in enumerate(self.size)]
+        self.pad = [(p[d], max(0, (self.out[d] - 1) * s[d] + (k[d] - 1) * dl[d] + 1 - self.size[d] - p[d]))
+                    for d in range(2)]
+        self.starts = [torch.arange(self.out[d], device=device) * s[d] for d in range(2)]
+        steps = [torch.arange(k[d], device=device) * dl[d] for d in range(2)]
+        self.rows = (self.starts[0][:, None] + steps[0]).view(self.out[0], k[0], 1, 1)
+        self.cols = self.starts[1][:, None] + steps[1]
+
+    def windows(self, x, fill=0.0):
+        """x's windows, [..., oh, kh, ow, kw]."""
+        return torch.nn.functional.pad(x, [*self.pad[1], *self.pad[0]], value=fill)[..., self.rows, self.cols]
+
+    def divisor(self, count_include_pad: bool, divisor_override):
+        """avg_pool2d's divisor of each window: its extent clipped to the input and
+        its padding (count_include_pad), or to the input alone, or divisor_override."""
+        if divisor_override:
+            return divisor_override
+        extents = []
+        for d in range(2):
+            lo = self.starts[d] - self.padding[d]
+            hi = torch.clamp(lo + self.kernel[d], max=self.size[d] + self.padding[d])
+            extents.append(hi - lo if count_include_pad else torch.clamp(hi, max=self.size[d]) - torch.clamp(lo, min=0))
+        return extents[0][:, None] * extents[1]
+
+
+def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """The max of each window (padded with -inf) and where it is, as an index into
+    the input's plane; NaN wins, as in eager. Floats only (ATen takes the rest)."""
+    if not x.dtype.is_floating_point:
+        return NotImplemented
+    w = _Windows(x.shape, kernel_size, stride, padding, dilation, ceil_mode, x.device)
+    kw = w.kernel[1]
+    windows = w.windows(x, float("-inf")).movedim(-3, -2).flatten(-2)  # [..., oh, ow, kh * kw]
+    values, at = windows.max(-1)
+    rows = (w.starts[0] - w.padding[0])[:, None] + at // kw * w.dilation[0]
+    cols = (w.starts[1] - w.padding[1]) + at % kw * w.dilation[1]
+    return values, rows * w.size[1] + cols
+
+
+def _max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """Each window's gradient added at its max (a scatter over the windows)."""
+    acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    plane = x.new_zeros((*x.shape[:-2], x.shape[-2] * x.shape[-1]), dtype=acc)
+    plane = plane.scatter_add(-1, indices.flatten(-2), grad.flatten(-2).to(acc))
+    return plane.view(x.shape).to(x.dtype)
+
+
+def _avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    """avg_pool2d as the sums of windows read through affine indices (one fused
+    kernel: lowerings.indexing._affine_forms), over ATen's divisors; 16-bit inputs
+    summed in float32, as eager does."""
+    w = _Windows(x.shape, kernel_size, stride, padding, 1, ceil_mode, x.device)
+    acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    return (w.windows(x).sum((-3, -1), dtype=acc) / w.divisor(count_include_pad, divisor_override)).to(x.dtype)
+
+
+def _avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    """Each window's gradient over its divisor, added into the elements it read (a
+    scatter over the windows), the padding then cut away."""
+    w = _Windows(x.shape, kernel_size, stride, padding, 1, ceil_mode, x.device)
+    acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    share = (grad.to(acc) / w.divisor(count_include_pad, divisor_override))[..., :, None, :, None]
+    (top, bottom), (left, right) = w.pad
+    padded = x.new_zeros((*x.shape[:-2], x.shape[-2] + top + bottom, x.shape[-1] + left + right), dtype=acc)
+    lead = [None] * (x.ndim - 2)
+    padded = aten.index_put(padded, [*lead, w.rows, w.cols], share, True)
+    return padded[..., top:top + x.shape[-2], left:left + x.shape[-1]].to(x.dtype)
+
+
+def _adaptive_avg_pool2d_backward(grad, x):
+    """Each window's gradient over its size, added into the elements it covers:
+    window o spans [o * n // out, ceil((o + 1) * n / out)) of a dim of n, as in
+    torch._decomp's forward, each at most `longest` long (a scatter over the
+    windows; positions past a window's end add nothing)."""
+    acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    picks, lengths, fits = [], [], []
+    for n, out in zip(x.shape[-2:], grad.shape[-2:]):
+        o = torch.arange(out, device=x.device)
+        start, end = o * n // out, ((o + 1) * n + out - 1) // out
+        longest = -(-n // out) + (1 if n % out else 0)
+        step = torch.arange(longest, device=x.device)
+        picks.append(torch.clamp(start[:, None] + step, max=n - 1))
+        fits.append((step < (end - start)[:, None]).to(acc))
+        lengths.append(end - start)
+    share = grad.to(acc) / (lengths[0][:, None] * lengths[1])
+    share = share[..., :, None, :, None] * fits[0][:, :, None, None] * fits[1]  # [..., oh, kh, ow, kw]
+    lead = [None] * (x.ndim - 2)
+    rows = picks[0].view(*picks[0].shape, 1, 1)
+    out = aten.index_put(x.new_zeros(x.shape, dtype=acc), [*lead, rows, picks[1]], share, True)
+    return out.to(x.dtype)
+
+
 @functools.lru_cache(None)
 def decomposition_table() -> dict:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(_EXTRA))
     table[aten._softmax.default] = _softmax
+    # pooling, ours (torch._decomp has max_pool2d's only from torch 2.12 on)
+    table[aten.max_pool2d_with_indices.default] = _max_pool2d_with_indices
+    table[aten.max_pool2d_with_indices_backward.default] = _max_pool2d_with_indices_backward
+    table[aten.avg_pool2d.default] = _avg_pool2d
+    table[aten.avg_pool2d_backward.default] = _avg_pool2d_backward
+    table[aten._adaptive_avg_pool2d_backward.default] = _adaptive_avg_pool2d_backward
     for op in _KEEP:
         table.pop(op, None)
     return table

@@ -43,8 +43,12 @@ def index(g, node, x, indices):
             return x.load(full)
 
         return Lazy(tuple(val.shape), val.dtype, direct, origins_of(g, node, x))
-    x = _source(g, x, val)
     picks = _Picks(x, indices)
+    forms = _affine_forms(node.args[1], picks)
+    if forms is not None:  # pooling windows: each index an affine function of the result's position
+        return Lazy(tuple(val.shape), val.dtype, lambda out_idx: x.load(picks.affine_position(out_idx, forms)),
+                    origins_of(g, node, x))
+    x = _source(g, x, val)
 
     def body(out_idx):
         full, binds = picks.position(g, out_idx)
@@ -71,19 +75,32 @@ class _Picks:
         rest = [x.size[d] for d in self.rest]
         self.size = tuple(rest[:self.first]) + self.shape + tuple(rest[self.first:])
 
-    def position(self, g, out_idx):
-        """(index of x, binds): each indexed dim a symbol bound to its index value."""
+    def _split(self, out_idx):
+        """(the broadcast index dims' positions, x's index with the others filled in)."""
         nb = len(self.shape)
         b_idx = list(out_idx[self.first:self.first + nb])
         others = list(out_idx[:self.first]) + list(out_idx[self.first + nb:])
-        full, binds = [None] * len(self.x_size), []
+        full = [None] * len(self.x_size)
         for d, i in zip(self.rest, others):
             full[d] = i
+        return b_idx, full
+
+    def position(self, g, out_idx):
+        """(index of x, binds): each indexed dim a symbol bound to its index value."""
+        b_idx, full = self._split(out_idx)
+        binds = []
         for d, t in zip(self.dims, self.tensors):
             s, e = _indirect(g, broadcast_load(t, self.shape, b_idx), self.x_size[d])
             full[d] = s
             binds.append((s, e))
         return full, binds
+
+    def affine_position(self, out_idx, forms):
+        """Index of x where each index tensor is c0 + sum(c_j * position_j) (_affine_forms)."""
+        b_idx, full = self._split(out_idx)
+        for d, (c0, cs) in zip(self.dims, forms):
+            full[d] = c0 + sum(c * i for c, i in zip(cs, b_idx))
+        return full
 
 
 @register(aten.gather.default)
@@ -284,6 +301,35 @@ def _constant_value(node) -> torch.Tensor:
             kwargs = dict(kwargs, device=torch.device("cpu"))
         node.meta["constant_value"] = node.target(*args, **kwargs)
     return node.meta["constant_value"]
+
+
+def _affine_forms(index_nodes, picks: _Picks) -> list | None:
+    """(c0, [c_j]) per index tensor when each is a constant equal to c0 + sum(c_j *
+    i_j) over the positions i_j of the broadcast index shape, all within x's dim
+    (a pooling window's element, out * stride + k * dilation, as torch._decomp's
+    max_pool2d builds it): a direct read, through which a padded input is computed
+    where read instead of stored first. None otherwise."""
+    with _disable_current_modes():  # real tensors, also while AOTAutograd traces with fake ones
+        try:
+            values = [_constant_value(index_nodes[d]) for d in picks.dims]
+        except Unsupported:
+            return None
+        forms = []
+        for v, d in zip(values, picks.dims):
+            if not isinstance(v, torch.Tensor) or v.dtype.is_floating_point or v.dtype == torch.bool or not v.numel():
+                return None
+            v = v.long().expand(picks.shape)
+            if v.min() < 0 or v.max() >= picks.x_size[d]:
+                return None  # negative indices count from the end; out of range raises in eager
+            origin = v[(0,) * v.ndim]
+            cs = [int(v[tuple(1 if k == j else 0 for k in range(v.ndim))] - origin) if n > 1 else 0
+                  for j, n in enumerate(v.shape)]
+            fitted = origin + sum(c * torch.arange(n).view([-1 if k == j else 1 for k in range(v.ndim)])
+                                  for j, (c, n) in enumerate(zip(cs, v.shape)))
+            if not torch.equal(v, torch.as_tensor(fitted).expand(v.shape)):
+                return None
+            forms.append((int(origin), cs))
+        return forms
 
 
 def _window_pattern(index_nodes, positions: list, x) -> list[int] | None:

@@ -555,3 +555,48 @@ def test_nearest_upsampling_and_its_backward_fuse(target, shape, scale):
     out.sum().backward()
     ref_grad = torch.autograd.grad(F.interpolate(y, size=(12, 12), mode="nearest").sum(), y)[0]
     torch.testing.assert_close(y.grad, ref_grad, **TOL)
+
+
+POOLS = {
+    "max 3x3 s2 p1": lambda x: F.max_pool2d(x, 3, 2, 1),
+    "max 2 ceil": lambda x: F.max_pool2d(x, 2, ceil_mode=True),
+    "max dilated": lambda x: F.max_pool2d(x, 3, 1, 1, dilation=2),
+    "avg 3x3 s2 p1 ceil, pads not counted": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+    "avg 2x2": lambda x: F.avg_pool2d(x, 2),
+    "avg divisor_override": lambda x: F.avg_pool2d(x, 4, 3, 2, ceil_mode=True, divisor_override=5),
+    "adaptive avg (5, 7)": lambda x: F.adaptive_avg_pool2d(x, (5, 7)),
+    "adaptive avg 1": lambda x: F.adaptive_avg_pool2d(x, 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(POOLS))
+def test_pooling_and_its_backward_are_ours(target, case):
+    """max_pool2d (torch._decomp's windows and scatter-add backward), avg_pool2d
+    (ours: window sums over ATen's divisors, backward a scatter) and
+    adaptive_avg_pool2d (torch._decomp's forward, our scatter backward) are kernels of ours, forward and backward, on odd sizes;
+    a window's elements are read through affine indices, so the padded input is
+    computed where read: without grad, pooling is one kernel (before: ATen ran all
+    three)."""
+    torch.manual_seed(11)
+    device = "cuda" if target == "cuda" else "cpu"
+    x = torch.randn(2, 3, 13, 11, device=device, requires_grad=True)
+
+    def step(x):
+        x.grad = None
+        loss = (POOLS[case](x).sin() * 3).sum()
+        loss.backward()
+        return loss, x.grad
+
+    with compiler.config.patch(cpu_target="triton" if target == "triton" else "cpp"), compiler.capture() as cap:
+        loss, grad = torch.compile(step, backend="fusion")(x)
+    ref_loss, ref_grad = step(x)
+    torch.testing.assert_close(loss, ref_loss, **TOL)
+    torch.testing.assert_close(grad, ref_grad, **TOL)
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    torch._dynamo.reset()
+    y = x.detach().clone()
+    y[0, 1, 4, 6] = float("nan")  # wins a max, as in eager
+    with compiler.config.patch(cpu_target="triton" if target == "triton" else "cpp"), compiler.capture() as cap:
+        pooled = torch.compile(POOLS[case], backend="fusion")(y)
+    torch.testing.assert_close(pooled, POOLS[case](y), equal_nan=True, **TOL)
+    assert len(cap.kernels) == 1 and not cap.fallbacks, ([k.name for k in cap.kernels], cap.fallbacks)
