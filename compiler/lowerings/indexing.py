@@ -135,6 +135,12 @@ def _source(g, x, val):
 INLINE_INDIRECT_LOADS = 4
 
 
+def read_at(g, x, full: list, dim: int, position: ir.Expr) -> ir.Expr:
+    """x at index `full`, whose entry at `dim` is a computed value (`position`)."""
+    s, e = _indirect(g, position, x.size[dim])
+    return _read(x, [*full[:dim], s, *full[dim + 1:]], ((s, e),))
+
+
 def _read(x, full, binds) -> ir.Expr:
     """x at index `full`, whose indirect symbols `binds` gives values."""
     if isinstance(x, View):

@@ -11,7 +11,7 @@ from .. import ir
 from ..config import config
 from ..graph import Lazy, View
 from ..index import contiguous_strides, linear_index
-from . import reduction
+from . import indexing, reduction
 from .registry import Unsupported, origins_of, out_val, register
 
 aten = torch.ops.aten
@@ -82,6 +82,40 @@ def median_dim(g, node, x, dim=-1, keepdim=False):
     return (where_nan(lambda idx: _c(float("nan"), f32), value, f32), where_nan(first_nan.load, index, I64))
 
 
+@register(aten.nanmedian.dim)
+def nanmedian_dim(g, node, x, dim=-1, keepdim=False):
+    """The lower median of each row's numbers (NaN left out) and its position: the
+    rows sorted, NaN last, read at (count - 1) // 2 of each row's count of numbers
+    (a row of NaN only: NaN, at its first), as in eager."""
+    if not x.dtype.is_floating_point:
+        return median_dim(g, node, x, dim, keepdim)
+    if x.ndim == 0:
+        raise Unsupported("nanmedian of a 0-d tensor")
+    dim = dim % x.ndim
+    n = x.size[dim]
+    keys = sorted_keys(g, node, x, dim, False, n)
+    f32 = torch.float32
+    numbers = Lazy(x.size, I32, lambda idx: ir.cast(ir.op("logical_not", ir.op("isnan", ir.cast(x.load(idx), f32),
+                   dtype=torch.bool), dtype=torch.bool), I32), x.origins)
+    size = _dim_size(x.size, dim, keepdim)
+    counts = reduction.reduce(g, node, numbers, [dim], "sum", I32, size)
+
+    def key(idx):
+        middle = ir.op("floordiv", ir.op("sub", counts.load(idx), _c(1, I32), dtype=I32), _c(2, I32), dtype=I32)
+        at = ir.cast(ir.op("maximum", middle, _c(0, I32), dtype=I32), I64)
+        row = list(idx) if keepdim else [*idx[:dim], 0, *idx[dim:]]
+        return indexing.read_at(g, keys, row, dim, at)
+
+    values_val, _ = out_val(node)
+    return (Lazy(size, values_val.dtype, lambda idx: _value(key(idx), values_val.dtype), x.origins),
+            Lazy(size, I64, lambda idx: _position(key(idx), n, False), x.origins))
+
+
+def _dim_size(size, dim: int, keepdim: bool) -> tuple:
+    """size reduced along dim, kept as 1 or dropped."""
+    return tuple(1 if d == dim else s for d, s in enumerate(size)) if keepdim else tuple(size[:dim]) + tuple(size[dim + 1:])
+
+
 def _at(t, dim: int, pos: int, keepdim: bool) -> Lazy:
     """Element `pos` of t along `dim`, that dim kept (as 1) or dropped."""
     size = list(t.size)
@@ -104,11 +138,24 @@ def _at(t, dim: int, pos: int, keepdim: bool) -> Lazy:
 def sorted_rows(g, node, x, dim, descending: bool, k: int | None):
     """(values, indices) of x's rows along `dim` sorted, the first k of them."""
     values_val, _ = out_val(node)
+    dim = dim % max(x.ndim, 1)
+    n = x.size[dim] if x.ndim else 1
+    k = n if k is None else k
+    keys = sorted_keys(g, node, x, dim, descending, k)
+    out = list(x.size)
+    out[dim] = k  # the first k of each sorted row
+    origins = origins_of(g, node, x)
+    values = Lazy(tuple(out), values_val.dtype, lambda idx: _value(keys.load(idx), values_val.dtype), origins)
+    indices = Lazy(tuple(out), I64, lambda idx: _position(keys.load(idx), n, descending), origins)
+    return values, indices
+
+
+def sorted_keys(g, node, x, dim, descending: bool, k: int) -> View:
+    """x's rows along `dim` as int64 keys (value, then position) sorted, the first k
+    of them meant to be read."""
     if x.ndim == 0:
         raise Unsupported("sort of a 0-d tensor")
-    dim = dim % x.ndim
     n = x.size[dim]
-    k = n if k is None else k
     if x.dtype not in PACKABLE:
         raise Unsupported(f"sort of {x.dtype}: its values do not fit a 64-bit key with their position")
     if 0 in x.size or k == 0:
@@ -130,12 +177,7 @@ def sorted_rows(g, node, x, dim, descending: bool, k: int | None):
         ranges=tuple(s for d, s in enumerate(size) if d != dim), reduction_ranges=(n,),
         reduction_type="sort_desc" if descending else "sort_asc", sort_keep=k, body=key, origins=origins,
         origin_ops=g.ops_of(origins), out_index=lambda index, rindex: linear_index(full(index, rindex), stride)))
-    keys = View(keys, size, stride)
-    out = list(size)
-    out[dim] = k  # the first k of each sorted row
-    values = Lazy(tuple(out), values_val.dtype, lambda idx: _value(keys.load(idx), values_val.dtype), origins)
-    indices = Lazy(tuple(out), I64, lambda idx: _position(keys.load(idx), n, descending), origins)
-    return values, indices
+    return View(keys, size, stride)
 
 
 def _c(v, dtype=I64) -> ir.Expr:

@@ -439,13 +439,14 @@ def test_sort_and_topk(check_compiled, target, dtype):
 def test_median_and_kthvalue(check_compiled, target, dtype):
     """median and kthvalue along a dim are the middle or k-th key of the rows
     sorted (only that many kept a row); a row with NaN has NaN for median, at its
-    first NaN, and NaN counts as the largest for kthvalue, as in eager. Among
+    first NaN, and NaN counts as the largest for kthvalue, as in eager. nanmedian
+    reads each sorted row at the middle of its numbers (NaN for a row of NaN). Among
     equal values eager's kthvalue may pick another: the values the indices pick
     are compared, and median's indices too (against eager on the CPU)."""
     torch.manual_seed(13)
     x = rand((37, 51), dtype)
     if dtype == torch.float32:
-        x[3, 7] = x[5, :4] = x[:, 9] = float("nan")  # a column of NaN: every row of dim 0 has one
+        x[3, 7] = x[5, :4] = x[:, 9] = x[8] = float("nan")  # a column of NaN: every row of dim 0 has one
     picked = {}
 
     def pick(name, f, d, keepdim=False):
@@ -458,6 +459,8 @@ def test_median_and_kthvalue(check_compiled, target, dtype):
     pick("median(0, keepdim)", lambda x: torch.median(x, 0, keepdim=True), 0, keepdim=True)
     pick("kthvalue(5, 1)", lambda x: torch.kthvalue(x, 5, 1), 1)
     pick("kthvalue(37, 0, keepdim)", lambda x: torch.kthvalue(x, 37, 0, keepdim=True), 0, keepdim=True)
+    pick("nanmedian(1)", lambda x: torch.nanmedian(x, 1), 1)
+    pick("nanmedian(0, keepdim)", lambda x: torch.nanmedian(x, 0, keepdim=True), 0, keepdim=True)
     if target != "cuda":  # eager's CPU median takes the first of equal values and of NaNs; its GPU one need not
         picked["median(1) indices"] = lambda x: torch.median(x, 1)[1]
     fns = list(picked.values())
@@ -654,11 +657,11 @@ def test_attention_extern_on_computed_inputs(check_compiled):
 @pytest.mark.parametrize(
     "name, fn, op",
     [
-        ("nanmedian", lambda x: torch.nanmedian(x + 1, 1).values * 2, "aten.nanmedian.dim"),
+        ("cummax", lambda x: torch.cummax(x + 1, 1).values * 2, "aten.cummax.default"),
         ("mode", lambda x: torch.mode((x * 2).round(), 1).values * 2, "aten.mode.default"),
         ("round(decimals)", lambda x: torch.round(x.exp(), decimals=2) - 1, "aten.round.decimals"),
     ],
-    ids=["nanmedian", "mode", "round-decimals"],
+    ids=["cummax", "mode", "round-decimals"],
 )
 def test_unsupported_op_falls_back(check_compiled, name, fn, op):
     """An op with no lowering runs through ATen: correct, listed with a reason,
