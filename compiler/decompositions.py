@@ -191,17 +191,6 @@ def _adaptive_avg_pool2d_backward(grad, x):
     return out.to(x.dtype)
 
 
-def _grid_sampler_2d(x, grid, interpolation_mode=0, padding_mode=0, align_corners=False):
-    """torch._decomp's grid sampler, for 16-bit inputs in float32: coordinates
-    rounded to bfloat16 move bilinear weights by up to 0.1 (eager's CPU kernel is
-    that far from float32's result; ours 0.0035)."""
-    from torch._decomp.decompositions import grid_sampler_2d
-
-    if x.dtype not in (torch.float16, torch.bfloat16):
-        return grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners)
-    return grid_sampler_2d(x.float(), grid.float(), interpolation_mode, padding_mode, align_corners).to(x.dtype)
-
-
 @functools.lru_cache(None)
 def decomposition_table() -> dict:
     table = dict(core_aten_decompositions())
@@ -213,7 +202,6 @@ def decomposition_table() -> dict:
     table[aten.avg_pool2d.default] = _avg_pool2d
     table[aten.avg_pool2d_backward.default] = _avg_pool2d_backward
     table[aten._adaptive_avg_pool2d_backward.default] = _adaptive_avg_pool2d_backward
-    table[aten.grid_sampler_2d.default] = _grid_sampler_2d
     for op in _KEEP:
         table.pop(op, None)
     return table

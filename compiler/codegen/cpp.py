@@ -441,6 +441,7 @@ ROW_BUFFER_MAX_BYTES = 64 * 1024  # per buffer, on the thread's stack; longer ro
 # a reduction over an outer axis (x.sum(0)) walks r once for this many contiguous x
 # (its lanes: four AVX-512 vectors of floats), so each step's loads are contiguous
 X_BLOCK = 64
+WINDOW_MAX_R = 32
 # elements of a row whose values a scan computes at once (vectorized), then scans
 SCAN_STEP = 256
 # bytes of lane accumulators of a row's float sum (four AVX-512 vectors, eight AVX2)
@@ -838,7 +839,10 @@ class CppKernel:
         walks = layout_deciding(loads, xl)
         in_r = sum(_stride(i, R) == 1 for i in walks)
         in_x = sum(_stride(i, xl) == 1 for i in walks)
-        return min(X_BLOCK, self.nest[-1]) if in_x > in_r else 0
+        # a few values a point, none contiguous along r (a pooling window): the
+        # lanes step over x instead of r
+        window = self.k.rnumel <= WINDOW_MAX_R and in_r == 0
+        return min(X_BLOCK, self.nest[-1]) if in_x > in_r or window else 0
 
     def _inner_x(self) -> sympy.Symbol:
         """The innermost x loop's variable: the lanes of a blocked reduction."""
