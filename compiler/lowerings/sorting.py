@@ -118,11 +118,7 @@ def _dim_size(size, dim: int, keepdim: bool) -> tuple:
 
 def _at(t, dim: int, pos: int, keepdim: bool) -> Lazy:
     """Element `pos` of t along `dim`, that dim kept (as 1) or dropped."""
-    size = list(t.size)
-    if keepdim:
-        size[dim] = 1
-    else:
-        del size[dim]
+    size = _dim_size(t.size, dim, keepdim)
 
     def body(idx):
         full = list(idx)
@@ -132,7 +128,7 @@ def _at(t, dim: int, pos: int, keepdim: bool) -> Lazy:
             full.insert(dim, pos)
         return t.load(full)
 
-    return Lazy(tuple(size), t.dtype, body, t.origins)
+    return Lazy(size, t.dtype, body, t.origins)
 
 
 def sorted_rows(g, node, x, dim, descending: bool, k: int | None):
