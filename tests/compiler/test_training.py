@@ -31,6 +31,27 @@ class MLP(nn.Module):
         return self.fc3(x)
 
 
+def on_target(target: str):
+    """Kernels for CPU tensors rendered as `target` chooses ("triton": interpreted)."""
+    return compiler.config.patch(cpu_target="triton" if target == "triton" else "cpp")
+
+
+def compare_a_step(target: str, loss_of, x, tol=TOL) -> compiler.Capture:
+    """loss_of(x) and x's gradient, compiled for `target` and eager, compared; the capture."""
+    def step(x):
+        x.grad = None
+        loss = loss_of(x)
+        loss.backward()
+        return loss, x.grad
+
+    with on_target(target), compiler.capture() as cap:
+        loss, grad = torch.compile(step, backend="fusion")(x)
+    ref_loss, ref_grad = step(x)
+    torch.testing.assert_close(loss, ref_loss, **tol)
+    torch.testing.assert_close(grad, ref_grad, **tol)
+    return cap
+
+
 def assert_grads_equal(model, ref):
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
         assert p.grad is not None, f"{name} got no gradient"
@@ -210,20 +231,10 @@ def test_cumsum_and_cumprod_backward(target, dim):
     torch.manual_seed(9)
     device = "cuda" if target == "cuda" else "cpu"
     x = (torch.rand(37, 1500, device=device) + 0.5).requires_grad_()
-
-    def step(x):
-        x.grad = None
-        loss = (x.sin().cumsum(dim) ** 2).mean() + (x[:, :24].cumprod(dim) * 3).mean()
-        loss.backward()
-        return loss, x.grad
-
-    with compiler.config.patch(cpu_target="triton" if target == "triton" else "cpp"), compiler.capture() as cap:
-        loss, grad = torch.compile(step, backend="fusion")(x)
-    ref_loss, ref_grad = step(x)
     # sums of 1500 terms, taken in another order than eager's on a GPU
     tol = dict(rtol=1e-3, atol=1e-4) if target == "cuda" else TOL
-    torch.testing.assert_close(loss, ref_loss, **tol)
-    torch.testing.assert_close(grad, ref_grad, **tol)
+    cap = compare_a_step(target, lambda x: (x.sin().cumsum(dim) ** 2).mean() + (x[:, :24].cumprod(dim) * 3).mean(),
+                         x, tol)
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
     assert any("_scan_" in k.name for g in cap.graphs if g.kind == "backward" for k in g.kernels)
 
@@ -436,7 +447,7 @@ def test_embedding_backward_is_a_scatter(target, deterministic):
     before = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(deterministic)
     try:
-        with compiler.config.patch(cpu_target="triton" if target == "triton" else "cpp"), compiler.capture() as cap:
+        with on_target(target), compiler.capture() as cap:
             torch.compile(step, backend="fusion")(emb, tokens).backward()
     finally:
         torch.use_deterministic_algorithms(before)
@@ -508,7 +519,7 @@ def test_scatters_into_zeros_add_into_one_buffer(target, case):
             return (m(x).sin() * 3).sum()
     ref = copy.deepcopy(model)
     leaves = [p for p in model.parameters()] or [a for a in args if a.requires_grad]
-    with compiler.config.patch(cpu_target="triton" if target == "triton" else "cpp"), compiler.capture() as cap:
+    with on_target(target), compiler.capture() as cap:
         grads = torch.autograd.grad(torch.compile(step, backend="fusion")(model, *args), leaves)
     ref_leaves = [p for p in ref.parameters()] or leaves
     ref_grads = torch.autograd.grad(step(ref, *args), ref_leaves)
@@ -534,18 +545,7 @@ def test_nearest_upsampling_and_its_backward_fuse(target, shape, scale):
     torch.manual_seed(6)
     device = "cuda" if target == "cuda" else "cpu"
     x = torch.randn(shape, device=device, requires_grad=True)
-
-    def step(x):
-        x.grad = None
-        loss = (F.interpolate(x, scale_factor=scale, mode="nearest").sin() * 3).sum()
-        loss.backward()
-        return loss, x.grad
-
-    with compiler.config.patch(cpu_target="triton" if target == "triton" else "cpp"), compiler.capture() as cap:
-        loss, grad = torch.compile(step, backend="fusion")(x)
-    ref_loss, ref_grad = step(x)
-    torch.testing.assert_close(loss, ref_loss, **TOL)
-    torch.testing.assert_close(grad, ref_grad, **TOL)
+    cap = compare_a_step(target, lambda x: (F.interpolate(x, scale_factor=scale, mode="nearest").sin() * 3).sum(), x)
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
     assert [len(g.kernels) for g in cap.graphs] == [1, 1], [[k.name for k in g.kernels] for g in cap.graphs]
 
@@ -571,32 +571,21 @@ POOLS = {
 
 @pytest.mark.parametrize("case", sorted(POOLS))
 def test_pooling_and_its_backward_are_ours(target, case):
-    """max_pool2d (torch._decomp's windows and scatter-add backward), avg_pool2d
-    (ours: window sums over ATen's divisors, backward a scatter) and
-    adaptive_avg_pool2d (torch._decomp's forward, our scatter backward) are kernels of ours, forward and backward, on odd sizes;
-    a window's elements are read through affine indices, so the padded input is
+    """max_pool2d and avg_pool2d (ours: reductions over windows, ATen's divisors,
+    backwards scatters) and adaptive_avg_pool2d (torch._decomp's forward, our
+    scatter backward) are kernels of ours, forward and backward, on odd sizes; a
+    window's elements are read through affine indices, so the padded input is
     computed where read: without grad, pooling is one kernel (before: ATen ran all
     three)."""
     torch.manual_seed(11)
     device = "cuda" if target == "cuda" else "cpu"
     x = torch.randn(2, 3, 13, 37, device=device, requires_grad=True)  # rows of outputs wider than 8 lanes
-
-    def step(x):
-        x.grad = None
-        loss = (POOLS[case](x).sin() * 3).sum()
-        loss.backward()
-        return loss, x.grad
-
-    with compiler.config.patch(cpu_target="triton" if target == "triton" else "cpp"), compiler.capture() as cap:
-        loss, grad = torch.compile(step, backend="fusion")(x)
-    ref_loss, ref_grad = step(x)
-    torch.testing.assert_close(loss, ref_loss, **TOL)
-    torch.testing.assert_close(grad, ref_grad, **TOL)
+    cap = compare_a_step(target, lambda x: (POOLS[case](x).sin() * 3).sum(), x)
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
     torch._dynamo.reset()
     y = x.detach().clone()
     y[0, 1, 4, 6] = float("nan")  # wins a max, as in eager
-    with compiler.config.patch(cpu_target="triton" if target == "triton" else "cpp"), compiler.capture() as cap:
+    with on_target(target), compiler.capture() as cap:
         pooled = torch.compile(POOLS[case], backend="fusion")(y)
     torch.testing.assert_close(pooled, POOLS[case](y), equal_nan=True, **TOL)
     assert len(cap.kernels) == 1 and not cap.fallbacks, ([k.name for k in cap.kernels], cap.fallbacks)
