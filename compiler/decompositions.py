@@ -8,6 +8,8 @@ import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
+from .ir import upcast
+
 aten = torch.ops.aten
 
 # Composite ops whose decompositions are pure pointwise + reductions: decomposing
@@ -82,11 +84,6 @@ def _softmax(x, dim: int, half_to_float: bool):
     return result if half_to_float else result.to(result_dtype)
 
 
-def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
-    """What pooling sums (and gradients) of `dtype` add in: float32 for 16-bit floats, as eager."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
 def _pair(v) -> tuple[int, int]:
     v = list(v) if isinstance(v, (list, tuple)) else [v]
     return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
@@ -145,7 +142,7 @@ def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, c
 
 def _max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
     """Each window's gradient added at its max (a scatter over the windows)."""
-    acc = _accumulation_dtype(x.dtype)
+    acc = upcast(x.dtype)
     plane = x.new_zeros((*x.shape[:-2], x.shape[-2] * x.shape[-1]), dtype=acc)
     plane = plane.scatter_add(-1, indices.flatten(-2), grad.flatten(-2).to(acc))
     return plane.view(x.shape).to(x.dtype)
@@ -156,7 +153,7 @@ def _avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_inc
     kernel: lowerings.indexing._affine_forms), over ATen's divisors; 16-bit inputs
     summed in float32, as eager does."""
     w = _Windows(x.shape, kernel_size, stride, padding, 1, ceil_mode, x.device)
-    acc = _accumulation_dtype(x.dtype)
+    acc = upcast(x.dtype)
     return (w.windows(x).sum((-3, -1), dtype=acc) / w.divisor(count_include_pad, divisor_override)).to(x.dtype)
 
 
@@ -164,7 +161,7 @@ def _avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count
     """Each window's gradient over its divisor, added into the elements it read (a
     scatter over the windows), the padding then cut away."""
     w = _Windows(x.shape, kernel_size, stride, padding, 1, ceil_mode, x.device)
-    acc = _accumulation_dtype(x.dtype)
+    acc = upcast(x.dtype)
     share = (grad.to(acc) / w.divisor(count_include_pad, divisor_override))[..., :, None, :, None]
     (top, bottom), (left, right) = w.pad
     padded = x.new_zeros((*x.shape[:-2], x.shape[-2] + top + bottom, x.shape[-1] + left + right), dtype=acc)
@@ -178,7 +175,7 @@ def _adaptive_avg_pool2d_backward(grad, x):
     window o spans [o * n // out, ceil((o + 1) * n / out)) of a dim of n, as in
     torch._decomp's forward, each at most `longest` long (a scatter over the
     windows; positions past a window's end add nothing)."""
-    acc = _accumulation_dtype(x.dtype)
+    acc = upcast(x.dtype)
     picks, lengths, fits = [], [], []
     for n, out in zip(x.shape[-2:], grad.shape[-2:]):
         o = torch.arange(out, device=x.device)

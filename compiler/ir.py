@@ -115,6 +115,11 @@ def op(name: str, *args: Expr, dtype: torch.dtype) -> Expr:
     return Expr(name, tuple(args), dtype)
 
 
+def upcast(dtype: torch.dtype) -> torch.dtype:
+    """Half types are computed in float32, as TorchInductor and cuDNN do."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 # the dtypes kernels of ours load, compute and store (complex, float8 and the
 # unsigned integers wider than a byte are left to ATen)
 KERNEL_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,

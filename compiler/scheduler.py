@@ -559,7 +559,7 @@ def _absorbs_well(kernel: FusedKernel, device) -> bool:
 
     if not tc.reduces_contiguous(kernel):
         return False
-    if not config.target_for(device) == "triton":
+    if config.target_for(device) != "triton":
         return True
     itemsize = max(m.node.buffer.dtype.itemsize for m in kernel.members)
     aligned = kernel.rnumel * itemsize % 16 == 0

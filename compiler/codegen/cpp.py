@@ -558,7 +558,7 @@ class CppKernel:
         target, v, valid = (self.emit_value(a, cse, out, indent) for a in value.args)
         buf = m.node.buffer
         at = f"{self.args.ptr(buf.storage_name)}[{target}]"
-        acc = torch.float32 if buf.dtype in (torch.float16, torch.bfloat16) else buf.dtype  # 16-bit floats: their bits
+        acc = ir.upcast(buf.dtype)  # 16-bit floats are stored as their bits
         old, new = _cast(at, buf.dtype, acc), _cast(v, value.dtype, acc)
         if value.op == "scatter_add":
             v = _cast(f"{old} + {new}", acc, buf.dtype)
@@ -912,7 +912,7 @@ class CppKernel:
         if chunk:  # the sums of a chunk at a time join their totals (see _sum_chunk)
             self._declare(decls, body, indent, "_done")
             if parallel_r:
-                body.append(f"{indent}#pragma omp parallel for {' '.join(c.replace(')', '_done)') for c in clauses)}")
+                body.append(f"{indent}#pragma omp parallel for {' '.join(f'reduction(+:{n}_done)' for _, n, _ in decls)}")
             body.append(f"{indent}for (int64_t r0c = 0; r0c < {stop}; r0c += {chunk})")
             body.append(indent + "{")
             indent += "    "

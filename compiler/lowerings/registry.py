@@ -5,6 +5,7 @@ from typing import Callable
 import torch
 
 from .. import ir
+from ..ir import upcast  # noqa: F401  (the lowerings import it from here)
 from ..graph import Lazy, TensorValue
 
 LOWERINGS: dict = {}
@@ -32,11 +33,6 @@ def out_val(node):
 
 def is_tensor(x) -> bool:
     return isinstance(x, TensorValue)
-
-
-def upcast(dtype: torch.dtype) -> torch.dtype:
-    """Half types are computed in float32, as TorchInductor and cuDNN do."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def broadcast_load(value, out_size, index, dtype=None) -> ir.Expr:

@@ -68,8 +68,7 @@ def median_dim(g, node, x, dim=-1, keepdim=False):
     if not x.dtype.is_floating_point:
         return value, index
     f32 = torch.float32  # 16-bit floats are compared and selected in float32
-    nan = Lazy(x.size, I32, lambda idx: ir.cast(ir.op("isnan", ir.cast(x.load(idx), f32), dtype=torch.bool), I32),
-               x.origins)
+    nan = Lazy(x.size, I32, lambda idx: ir.cast(_isnan(x, idx), I32), x.origins)
     first_nan = reduction.reduce(g, node, nan, [dim], "argmax", I64, value.size)
     any_nan = reduction.reduce(g, node, nan, [dim], "max", I32, value.size)
 
@@ -94,21 +93,28 @@ def nanmedian_dim(g, node, x, dim=-1, keepdim=False):
     dim = dim % x.ndim
     n = x.size[dim]
     keys = sorted_keys(g, node, x, dim, False, n)
-    f32 = torch.float32
-    numbers = Lazy(x.size, I32, lambda idx: ir.cast(ir.op("logical_not", ir.op("isnan", ir.cast(x.load(idx), f32),
-                   dtype=torch.bool), dtype=torch.bool), I32), x.origins)
+    numbers = Lazy(x.size, I32, lambda idx: ir.cast(ir.op("logical_not", _isnan(x, idx), dtype=torch.bool), I32),
+                   x.origins)
     size = _dim_size(x.size, dim, keepdim)
     counts = reduction.reduce(g, node, numbers, [dim], "sum", I32, size)
+    picked: dict = {}  # one read of the key for both results at an index
 
     def key(idx):
-        middle = ir.op("floordiv", ir.op("sub", counts.load(idx), _c(1, I32), dtype=I32), _c(2, I32), dtype=I32)
-        at = ir.cast(ir.op("maximum", middle, _c(0, I32), dtype=I32), I64)
-        row = list(idx) if keepdim else [*idx[:dim], 0, *idx[dim:]]
-        return indexing.read_at(g, keys, row, dim, at)
+        if tuple(idx) not in picked:
+            middle = ir.op("floordiv", ir.op("sub", counts.load(idx), _c(1, I32), dtype=I32), _c(2, I32), dtype=I32)
+            at = ir.cast(ir.op("maximum", middle, _c(0, I32), dtype=I32), I64)
+            row = list(idx) if keepdim else [*idx[:dim], 0, *idx[dim:]]
+            picked[tuple(idx)] = indexing.read_at(g, keys, row, dim, at)
+        return picked[tuple(idx)]
 
     values_val, _ = out_val(node)
     return (Lazy(size, values_val.dtype, lambda idx: _value(key(idx), values_val.dtype), x.origins),
             Lazy(size, I64, lambda idx: _position(key(idx), n, False), x.origins))
+
+
+def _isnan(x, idx) -> ir.Expr:
+    """Whether x is NaN at idx (16-bit floats tested in float32)."""
+    return ir.op("isnan", ir.cast(x.load(idx), torch.float32), dtype=torch.bool)
 
 
 def _dim_size(size, dim: int, keepdim: bool) -> tuple:
