@@ -299,6 +299,8 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
             nn.BatchNorm2d(256).to(device).train(), (rnd(s(32), 256, 56, 56, dtype=torch.float32),))),
         Workload("max_pool2d 3x3 s2 [32,64,112,112] bf16", lambda: (
             lambda x: F.max_pool2d(x, 3, 2, 1), (rnd(s(32), 64, 112, 112),))),
+        Workload("max_pool2d 3x3 s1 [32,256,28,28] bf16", lambda: (
+            lambda x: F.max_pool2d(x, 3, 1, 1), (rnd(s(32), 256, 28, 28),))),
         Workload("avg_pool2d 2x2 [32,256,56,56] bf16", lambda: (
             lambda x: F.avg_pool2d(x, 2), (rnd(s(32), 256, 56, 56),))),
         Workload("sum_all 100M fp32", lambda: (lambda x: x.sum(), (rnd(s(100_000_000), dtype=torch.float32),))),

@@ -102,7 +102,28 @@ def cast(x: Expr, dtype: torch.dtype) -> Expr:
         return x
     if x.op == "const":
         return const(x.args[0], dtype)
+    if x.op == "cast" and x.args[0].dtype == dtype and _exact_in(x.args[0], x.dtype):
+        return x.args[0]  # a round trip through a narrower type that loses nothing (a padded bf16 read)
     return Expr("cast", (x,), dtype)
+
+
+# ops whose result is one of their operands
+_PICKS = {"where": (1, 2), "maximum": (0, 1), "minimum": (0, 1), "neg": (0,), "abs": (0,)}
+
+
+def _exact_in(x: Expr, narrow: torch.dtype) -> bool:
+    """Whether every value x takes is one of `narrow`'s (floats: x then survives a
+    cast to it and back unchanged): a value cast from it, a constant it holds, or
+    an op that picks among such values."""
+    if not (x.dtype.is_floating_point and narrow.is_floating_point):
+        return False
+    if x.op == "cast":
+        return x.args[0].dtype == narrow
+    if x.op == "const":
+        v = float(x.args[0])
+        return v != v or float(torch.tensor(v, dtype=narrow)) == v
+    picks = _PICKS.get(x.op)
+    return picks is not None and all(_exact_in(x.args[i], narrow) for i in picks)
 
 
 def bitcast(x: Expr, dtype: torch.dtype) -> Expr:

@@ -360,6 +360,8 @@ class TritonKernel:
         bounds = []
         if not (self.shift and R in idx.free_symbols):
             idx, bounds = unclamp(idx, {X: self.xnumel, R: self.rnumel})
+            if bounds:  # the clamps hid divisions and remainders that now fold (a padded read: x0 + c)
+                idx = self.simplify(idx)
         axes = self.index_axes(idx, cse, indirect)
         names = {sym: cse[x].code for sym, x in indirect}
         code = self._index_code(idx, names)
@@ -373,7 +375,7 @@ class TritonKernel:
             m += f", eviction_policy='{self.evict[name]}'"
         elif self.plan.evict_last_streams and {"x", "r"} <= axes:  # a persistent block's rows
             m += ", eviction_policy='evict_last'"
-        elif not self.reduction and not self.tiled and not indirect and (idx - X).free_symbols:
+        elif not self.reduction and not self.tiled and not indirect and idx != X:
             # away from the element it computes (a broadcast, a shifted or strided read),
             # a pointwise load reads lines that other elements read too: L2 keeps them
             # (H200, per call, both with the half block: rope 67.8 -> 66.7 us, permute_copy

@@ -128,6 +128,39 @@ def test_cat_and_pad_pieces_load_masked_in_vectors(device):
         assert len(loads) == 5 and all(ld.endswith(".v4.b32") for ld in loads), loads
 
 
+def roundings_to_bf16(source: str) -> int:
+    """Conversions to bfloat16 in a rendered kernel (the interpreter's own helper on a CPU)."""
+    return source.count(".to(tl.bfloat16)") + source.count("_to_bf16(") - source.count("def _to_bf16(")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_padded_windows_load_at_their_own_offset(device):
+    """Each element of a max_pool2d window over a padded input loads at x0 plus a
+    constant, masked at the edges: the clamps of the padding hid divisions and
+    remainders that fold once unclamped, and Triton sees the loads contiguous
+    (H200, 3x3 stride 1 over [32, 256, 28, 28], kernel alone: bf16 35.1 -> 32.1
+    us, fp32 33.0 -> 29.4). The padded bf16 values reach the max without a round
+    trip through bf16: a pick between -inf and a bf16 value loses nothing in it."""
+    x = rand(2, 3, 13, 13, device=device, dtype=torch.bfloat16)
+    (k,) = check(lambda x: F.max_pool2d(x, 3, 1, 1), x, tol=dict(rtol=0, atol=0)).kernels
+    offsets = re.findall(r"tl\.load\(in_ptr0 \+ \(([^,]*)\)", k.source)
+    assert offsets and all(re.match(r"x0 [-+] ", o) for o in offsets), offsets
+    assert roundings_to_bf16(k.source) == 1, k.source  # the result's
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_round_trips_through_16_bits_fold_only_where_they_lose_nothing(device):
+    """A float32 value cast to bf16 and back is itself where bf16 holds it: a
+    bf16 value, -inf, or a pick among such. 0.1 and float16 values round."""
+    x = rand(5, 37, device=device, dtype=torch.bfloat16)
+    exact = dict(rtol=0, atol=0)
+    (k,) = check(lambda x: F.pad(x, (1, 2), value=float("-inf")).float() * 3, x, tol=exact).kernels
+    assert roundings_to_bf16(k.source) == 0, k.source
+    (k,) = check(lambda x: F.pad(x, (1, 2), value=0.1).float() * 3, x, tol=exact).kernels
+    assert roundings_to_bf16(k.source) == 1, k.source
+    check(lambda h: h.to(torch.bfloat16).float() * 3, rand(5, 37, device=device, dtype=torch.float16), tol=exact)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_math_functions(device):
     x = rand(517, device=device)
@@ -578,6 +611,24 @@ def test_big_persistent_reductions_tune_rows_per_program_for_h100(shape):
             assert local_memory_accesses(ck) == 0, f"{cfg}: registers spill to local memory"
     # 2 rows of 4096 bf16 per program first, then 1 row in 4 warps, then 1 row
     assert len(persistent_gpu_configs(8192, 4096, torch.bfloat16)) == 3
+
+
+def test_big_reductions_over_a_short_strided_dim_time_fewer_warps():
+    """A big reduction over a short strided dim (a pooling window) times its first
+    guess against 32 and 64 elements a thread, at its rows per program and twice
+    as many (H200, max_pool2d 3x3 stride 1 over [32, 256, 28, 28] bf16, kernel
+    alone: 32.1 us first, 29.1 in 2 warps); each compiles for sm_90 without
+    spilling registers. A small one runs its first guess."""
+    from compiler.codegen.triton_config import _persistent_configs
+
+    require_compiler_for_h100()
+    configs = _persistent_configs(32 * 256 * 28 * 28, 16, inner=False, gpu=True, itemsize=2)
+    assert [(c["XBLOCK"], c["num_warps"]) for c in configs] == [(256, 4), (256, 2), (512, 8), (512, 4)], configs
+    assert len(_persistent_configs(4096, 16, inner=False, gpu=True, itemsize=2)) == 1
+    kernel = check(lambda x: F.max_pool2d(x, 3, 1, 1), rand(2, 3, 13, 13, device="cpu", dtype=torch.bfloat16)).kernels[0]
+    for cfg in configs:
+        ck = compile_for_h100(kernel.source, kernel.name, XBLOCK=cfg["XBLOCK"], RBLOCK=16, num_warps=cfg["num_warps"])
+        assert local_memory_accesses(ck) == 0, f"{cfg}: registers spill to local memory"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
