@@ -303,11 +303,18 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
             lambda x: F.max_pool2d(x, 3, 1, 1), (rnd(s(32), 256, 28, 28),))),
         Workload("avg_pool2d 2x2 [32,256,56,56] bf16", lambda: (
             lambda x: F.avg_pool2d(x, 2), (rnd(s(32), 256, 56, 56),))),
+        Workload("grid_sample bilinear [16,64,128,128] fp32", lambda: (
+            lambda x, g: F.grid_sample(x, g, align_corners=False),
+            (rnd(s(16), 64, 128, 128, dtype=torch.float32), torch.rand(s(16), 128, 128, 2, device=device) * 2.2 - 1.1))),
         Workload("sum_all 100M fp32", lambda: (lambda x: x.sum(), (rnd(s(100_000_000), dtype=torch.float32),))),
         Workload("argmax [2048,50257] fp32", lambda: (
             lambda x: x.argmax(-1), (rnd(s(2048), 50257, dtype=torch.float32),))),
         Workload("cumsum(-1) [4096,4096] fp32", lambda: (
             lambda x: x.cumsum(-1), (rnd(s(4096), 4096, dtype=torch.float32),))),
+        Workload("cummax(-1) [4096,4096] fp32", lambda: (
+            lambda x: torch.cummax(x, -1), (rnd(s(4096), 4096, dtype=torch.float32),))),
+        Workload("logcumsumexp(-1) [4096,4096] fp32", lambda: (
+            lambda x: torch.logcumsumexp(x, -1), (rnd(s(4096), 4096, dtype=torch.float32),))),
         Workload("mask positions [64,8192]", lambda: (
             lambda m: (m.cumsum(-1) - 1) * m, (rnd(s(64), 8192) > 0,)), memory_bound=False),
         Workload("adam_like 4x10M fp32", lambda: (adam_like, tuple(

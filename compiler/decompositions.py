@@ -8,6 +8,7 @@ import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
+from .config import config
 from .ir import upcast
 
 aten = torch.ops.aten
@@ -193,6 +194,18 @@ def _adaptive_avg_pool2d_backward(grad, x):
     return out.to(x.dtype)
 
 
+def _grid_sampler_2d(x, grid, *args):
+    """torch._decomp's grid_sampler_2d (the corners gathered in one kernel) where
+    Triton renders it and no gradient is taken. On a GPU it beats ATen's kernel
+    (H100, [16, 64, 128, 128]: bilinear fp32 232 us against 303, bf16 148 against
+    224, nearest fp32 116 against 179); on a CPU it ran 5.6x slower than eager; in
+    training the backward, ATen's still, comes with a recomputed forward (H100,
+    [8, 32, 64, 64] fp32 fwd+bwd: 626 us against 353 with ATen's forward)."""
+    if config.target_for(x.device) != "triton" or (torch.is_grad_enabled() and (x.requires_grad or grid.requires_grad)):
+        return NotImplemented
+    return get_decompositions([aten.grid_sampler_2d])[aten.grid_sampler_2d.default](x, grid, *args)
+
+
 @functools.lru_cache(None)
 def decomposition_table() -> dict:
     table = dict(core_aten_decompositions())
@@ -204,6 +217,7 @@ def decomposition_table() -> dict:
     table[aten.avg_pool2d.default] = _avg_pool2d
     table[aten.avg_pool2d_backward.default] = _avg_pool2d_backward
     table[aten._adaptive_avg_pool2d_backward.default] = _adaptive_avg_pool2d_backward
+    table[aten.grid_sampler_2d.default] = _grid_sampler_2d
     for op in _KEEP:
         table.pop(op, None)
     return table

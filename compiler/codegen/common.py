@@ -18,8 +18,11 @@ INFIX_OPS = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or
              "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
-# a scan's combine, as an infix operator (C++ and Triton both)
-SCAN_OPS = {"sum": "+", "prod": "*"}
+# a scan's combine of its running value and the next one, by the name of its function
+# in each target's helpers ({target} is "fusion" for C++, "" for Triton): max and min
+# propagate NaN, as eager's cummax and cummin do, and logaddexp is logcumsumexp's
+SCAN_COMBINES = {"sum": "{target}_add", "prod": "{target}_prod", "max": "{target}_max_nan",
+                 "min": "{target}_min_nan", "logaddexp": "{target}_logaddexp"}
 # scans that sort a row's keys (lowerings.sorting) rather than combine them
 SORTS = ("sort_asc", "sort_desc")
 

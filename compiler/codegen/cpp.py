@@ -16,7 +16,7 @@ from sympy.printing.c import C99CodePrinter
 from .. import ir
 from ..index import FloorDiv, ModularIndexing, simplify_with_ranges, symbol
 from ..scheduler import R, X, FusedKernel, Member, layout_deciding
-from .common import INFIX_OPS, SCAN_OPS, SORTS, kernel_args, member_order
+from .common import INFIX_OPS, SCAN_COMBINES, SORTS, kernel_args, member_order
 
 CTYPE = {
     torch.float32: "float",
@@ -74,6 +74,15 @@ extern "C" {
 template <typename To, typename From> static inline To fusion_bitcast(From x) { To y; std::memcpy(&y, &x, sizeof(To)); return y; }
 template <typename T> static inline T fusion_min(T a, T b) { return b < a ? b : a; }
 template <typename T> static inline T fusion_max(T a, T b) { return a < b ? b : a; }
+// a scan's combines (common.SCAN_COMBINES): NaN wins max and min, as in eager
+template <typename T> static inline T fusion_add(T a, T b) { return a + b; }
+template <typename T> static inline T fusion_prod(T a, T b) { return a * b; }
+template <typename T> static inline T fusion_max_nan(T a, T b) { return (a != a || a > b) ? a : b; }
+template <typename T> static inline T fusion_min_nan(T a, T b) { return (a != a || a < b) ? a : b; }
+template <typename T> static inline T fusion_logaddexp(T a, T b) {
+  const T hi = (a != a || a > b) ? a : b, lo = (a != a || a > b) ? b : a;
+  return hi == lo ? hi + T(0.6931471805599453) : hi + std::log1p(std::exp(lo - hi));  // equal: inf too
+}
 static inline float fusion_bf2f(uint16_t v) { uint32_t u = (uint32_t)v << 16; float f; std::memcpy(&f, &u, 4); return f; }
 static inline uint16_t fusion_f2bf(float f) {
   uint32_t u; std::memcpy(&u, &f, 4);
@@ -426,6 +435,7 @@ REDUCTION_INIT = {
     "prod": lambda t: _const(1, t),
     "max": lambda t: _const(float("-inf"), t) if t.is_floating_point else f"std::numeric_limits<{CTYPE[t]}>::lowest()",
     "min": lambda t: _const(float("inf"), t) if t.is_floating_point else f"std::numeric_limits<{CTYPE[t]}>::max()",
+    "logaddexp": lambda t: _const(float("-inf"), t),
     "any": lambda t: "false",
     "all": lambda t: "true",
 }
@@ -727,7 +737,7 @@ class CppKernel:
         if rt in SORTS:
             self._render_sort(m, consumers, body, parallel)
             return
-        op, init = SCAN_OPS[rt], REDUCTION_INIT[rt](t)
+        combine, init = SCAN_COMBINES[rt].format(target="fusion"), REDUCTION_INIT[rt](t)
         self.block = self._x_block()
         indent = self._loops_open(body, parallel, simd_inner=False)
         value = self._rewrite(m.value)
@@ -740,7 +750,7 @@ class CppKernel:
             body.append(indent + "{")
             lane = self._lanes_open(body, indent + "    ")
             v = self.emit_value(value, {}, body, lane)
-            body.append(f"{lane}acc[xi] = acc[xi] {op} {v};")
+            body.append(f"{lane}acc[xi] = {combine}(acc[xi], {v});")
             self._scanned(m, consumers, "acc[xi]", body, lane)
             body += [indent + "    }", indent + "}"]
         elif not any(e.op in COSTLY_OPS for e in value.walk()):  # loads and arithmetic: one loop
@@ -748,7 +758,7 @@ class CppKernel:
             body.append(f"{indent}for (int64_t r0 = 0; r0 < {self.k.rnumel}; r0++)")
             body.append(indent + "{")
             v = self.emit_value(value, {}, body, indent + "    ")
-            body.append(f"{indent}    acc = acc {op} {v};")
+            body.append(f"{indent}    acc = {combine}(acc, {v});")
             self._scanned(m, consumers, "acc", body, indent + "    ")
             body.append(indent + "}")
         else:
@@ -764,7 +774,7 @@ class CppKernel:
             v = self.emit_value(value, {}, body, inner + "    ")
             body += [f"{inner}    step[ri] = {v};", inner + "}"]
             body += [f"{inner}for (int64_t ri = 0; ri < rn; ri++)", inner + "{",
-                     f"{inner}    const int64_t r0 = r0b + ri;", f"{inner}    acc = acc {op} step[ri];"]
+                     f"{inner}    const int64_t r0 = r0b + ri;", f"{inner}    acc = {combine}(acc, step[ri]);"]
             self._scanned(m, consumers, "acc", body, inner + "    ")
             body += [inner + "}", indent + "}"]
         self._loops_close(body)
@@ -800,7 +810,7 @@ class CppKernel:
     def _scanned(self, m, consumers, acc: str, body, indent):
         """Store the scan's running value `acc` and compute its consumers from it."""
         self.store(m, acc, body, indent)
-        self.row_vars[m.node.name] = acc
+        self.row_vars[m.node.name] = _cast(acc, m.value.dtype, m.node.buffer.dtype)  # as a load of it reads it
         cse: dict = {}
         for c in consumers:
             v = self.emit_value(self._rewrite(c.value), cse, body, indent)

@@ -25,7 +25,7 @@ from .. import ir
 from ..index import fold_divmod, simplify_with_ranges, upper_bound
 from ..scheduler import R, X, FusedKernel, Member, online_softmax_sums
 from . import triton_config
-from .common import SCAN_OPS, SORTS, kernel_args, member_order
+from .common import SCAN_COMBINES, SORTS, kernel_args, member_order
 from .triton_ops import (FP32_HELPERS, REDUCTION_INIT, TL_DTYPE, binary, helper_sources, literal, takes_tensors_only,
                          texpr, unary)
 
@@ -359,8 +359,9 @@ class TritonKernel:
         idx = self.simplify(index)
         bounds = []
         if not (self.shift and R in idx.free_symbols):
+            clamped = idx
             idx, bounds = unclamp(idx, {X: self.xnumel, R: self.rnumel})
-            if bounds:  # the clamps hid divisions and remainders that now fold (a padded read: x0 + c)
+            if idx != clamped:  # the clamps hid divisions and remainders that now fold (a padded read: x0 + c)
                 idx = self.simplify(idx)
         axes = self.index_axes(idx, cse, indirect)
         names = {sym: cse[x].code for sym, x in indirect}
@@ -672,7 +673,7 @@ class TritonKernel:
             for c in consumers:
                 self._member(c, {}, body, "    ")
             return
-        combine = {"sum": "_add", "prod": "_prod"}[rt]
+        combine = SCAN_COMBINES[rt].format(target="")
         self.helpers.add(combine)
         if self.plan.persistent:
             self._r_vars(body, "    ", None)
@@ -687,12 +688,11 @@ class TritonKernel:
         ind = "        "
         self._r_vars(body, ind, "roffset")
         body.append(f"{ind}block = {self._masked(m, self.emit(m.value, {}, body, ind))}")
-        op = SCAN_OPS[rt]
-        body.append(f"{ind}scanned = carry {op} tl.associative_scan(block, 1, {combine})")
+        body.append(f"{ind}scanned = {combine}(carry, tl.associative_scan(block, 1, {combine}))")
         self.store(m, self.regs[m.node.name], body, ind)
         for c in consumers:
             self._member(c, {}, body, ind)
-        body.append(f"{ind}carry = carry {op} {self._final(rt, 'block')}")  # the row's value so far
+        body.append(f"{ind}carry = {combine}(carry, {self._final(rt, 'block')})")  # the row's value so far
 
     def _rstep(self) -> str:
         """The loop step: RBLOCK, or on the CPU its value: Triton 3.6's interpreter
@@ -721,7 +721,8 @@ class TritonKernel:
 
     def _combiner(self, rt: str) -> str:
         """The combine function for tl.reduce on a GPU: max and min propagate NaN as torch does."""
-        helper = {"prod": "_prod", "max": "_max_nan", "min": "_min_nan", "argmax": "_argmax", "argmin": "_argmin"}.get(rt)
+        helper = {"prod": "_prod", "max": "_max_nan", "min": "_min_nan", "argmax": "_argmax", "argmin": "_argmin",
+                  "logaddexp": "_logaddexp"}.get(rt)
         if helper:
             self.helpers.add(helper)
             return helper

@@ -265,6 +265,14 @@ def _max_nan(a, b):
 def _min_nan(a, b):
     return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
 """,
+    # logcumsumexp's combine (equal: inf + inf too; NaN wins, as in tl.where's picks)
+    "_logaddexp": """@triton.jit
+def _logaddexp(a, b):
+    a_wins = (a > b) | (a != a)
+    hi = tl.where(a_wins, a, b)
+    lo = tl.where(a_wins, b, a)
+    return tl.where(hi == lo, hi + 0.6931471805599453, hi + libdevice.log1p(tl.exp(lo - hi)))
+""",
     "_prod": """@triton.jit
 def _prod(a, b):
     return a * b
@@ -403,6 +411,7 @@ def literal(value, dtype: torch.dtype) -> str:
 REDUCTION_INIT = {
     "sum": lambda t: literal(0, t),
     "prod": lambda t: literal(1, t),
+    "logaddexp": lambda t: literal(float("-inf"), t),
     "max": lambda t: literal(float("-inf"), t) if t.is_floating_point else str(torch.iinfo(t).min) if t != torch.bool else "False",
     "min": lambda t: literal(float("inf"), t) if t.is_floating_point else str(torch.iinfo(t).max) if t != torch.bool else "True",
     "any": lambda t: "False",

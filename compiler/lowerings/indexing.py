@@ -22,7 +22,11 @@ aten = torch.ops.aten
 
 
 def _indirect(g, value: ir.Expr, size: int):
-    """A fresh index symbol bound to `value`, negative indices wrapped."""
+    """A fresh index symbol bound to `value`, negative indices wrapped; or, where
+    the value is a position in the loop (_position), that position, unbound."""
+    position = _position(value)
+    if position is not None and position.is_nonnegative:
+        return position, None
     wrapped = _wrapped(ir.cast(value, torch.int64), size)
     g.indirect_count = getattr(g, "indirect_count", 0) + 1
     return symbol(f"ind{g.indirect_count - 1}"), wrapped
@@ -141,8 +145,28 @@ def read_at(g, x, full: list, dim: int, position: ir.Expr) -> ir.Expr:
     return _read(x, [*full[:dim], s, *full[dim + 1:]], ((s, e),))
 
 
+def _position(v: ir.Expr) -> sympy.Expr | None:
+    """`v` as an index expression when it is one: an arange's value, scaled and
+    shifted by constants (decompositions index with them: grid_sample's batch and
+    channel). Read directly, its divisions fold with the others, in 32 bits where
+    the kernel's indices are, and no negative value needs wrapping."""
+    if v.op == "index":
+        return v.args[0]
+    if v.op == "const":
+        return sympy.Integer(v.args[0]) if not v.dtype.is_floating_point else None
+    if v.op == "cast":
+        return None if v.args[0].dtype.is_floating_point else _position(v.args[0])
+    if v.op in ("add", "mul"):
+        parts = [_position(a) for a in v.args]
+        if None in parts or (v.op == "mul" and not any(p.is_Integer for p in parts)):
+            return None
+        return sympy.Add(*parts) if v.op == "add" else sympy.Mul(*parts)
+    return None
+
+
 def _read(x, full, binds) -> ir.Expr:
-    """x at index `full`, whose indirect symbols `binds` gives values."""
+    """x at index `full`, whose indirect symbols `binds` gives values (positions: none)."""
+    binds = tuple(b for b in binds if b[1] is not None)
     if isinstance(x, View):
         return ir.load(x.buffer.name, linear_index(full, x.stride, x.offset), x.dtype, binds)
     return _bind(x.load(full), binds, {})
@@ -408,8 +432,9 @@ def _scatter(g, node, x, indices, values, accumulate: bool) -> View:
 
     def place(idx):
         full, binds = picks.position(g, idx)
-        values_at = dict(binds)
-        return _element(x.size, {d: full[d] for d in picks.rest}, {d: values_at[full[d]] for d in picks.dims})
+        values_at = {s: e for s, e in binds if e is not None}
+        direct = [d for d in range(x.ndim) if d in picks.rest or full[d] not in values_at]
+        return _element(x.size, {d: full[d] for d in direct}, {d: values_at[full[d]] for d in picks.dims if d not in direct})
 
     return _scatter_into(g, node, x, picks.size, place, lambda idx: broadcast_load(values, picks.size, idx),
                          "sum" if accumulate else None, origins_of(g, node, x, values, *picks.tensors))
@@ -598,3 +623,9 @@ def _reads_overwritten(buf: ir.ComputedBuffer, written: set) -> bool:
 
     node = make_node(buf)
     return bool(node.reads.keys() & written) or not read_only_at([node], buf.store_target.name, node.store_index)
+
+
+@register(aten.grid_sampler_2d.default)
+def grid_sampler_2d(g, node, *args):
+    """Reached only where decompositions._grid_sampler_2d declined."""
+    raise Unsupported("ATen's kernel: decomposed for Triton without gradients only (slower on a CPU and in training)")

@@ -398,6 +398,45 @@ def test_scans(check_compiled, target, dtype, shape):
     assert len(scans) == len(table) - (size[0] == 1 if size else len(table)), [k.name for k in cap.kernels]
 
 
+EXTREME_SCAN_CASES = [(d, s) for d in (torch.float32, torch.bfloat16, torch.int32) for s in SCAN_SHAPES
+                      if s != "0-d" and (s not in ("3x5000-looped", "3000x3-strided") or d != torch.bfloat16)]
+
+
+@pytest.mark.parametrize("dtype, shape", EXTREME_SCAN_CASES, ids=[f"{dtype_id(d)}-{s}" for d, s in EXTREME_SCAN_CASES])
+def test_running_extremes_and_logcumsumexp_are_scans(check_compiled, target, dtype, shape):
+    """cummax and cummin along every dim are two scans each (in C++ along all
+    but the last): the running max (min), in which NaN wins, and the running
+    position where an element took over (it equals the running value, or is
+    NaN), so ties go to the later element, as in eager. logcumsumexp is a scan of logaddexp, exact at -inf, inf and NaN. A
+    16-bit scan's consumer reads its values rounded, as eager: on the C++ target
+    it read the float32 running value as bf16 bits."""
+    size, layout = SCAN_SHAPES[shape]
+    torch.manual_seed(9)
+    x = laid_out(lambda s: rand(s, dtype), size, layout)
+    if dtype.is_floating_point:
+        for k, v in enumerate([float("nan"), float("-inf"), float("inf"), float("nan")]):
+            x[torch.unravel_index(torch.tensor((k * 7919) % x.numel()), x.shape)] = v
+    else:
+        x = x % 4  # ties
+    # eager's CUDA logcumsumexp rounds each 16-bit partial result to 16 bits; ours
+    # accumulate in float32, as eager's CPU kernel does: on a GPU, both take float32
+    acc = torch.float32 if target == "cuda" and dtype == torch.bfloat16 else dtype
+    table = {}
+    for d in range(len(size)):
+        table[f"cummax({d})"] = lambda x, d=d: torch.cummax(x, d)
+        table[f"cummin({d})"] = lambda x, d=d: torch.cummin(x, d)
+        if dtype.is_floating_point:
+            table[f"logcumsumexp({d})"] = lambda x, d=d: torch.logcumsumexp(x.to(acc), d).to(dtype)
+    table["cummax(-1) + 1"] = lambda x: torch.cummax(x, -1).values + 1
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else None
+    cap = check_compiled(lambda x: tuple(f(x) for f in table.values()), x, names=list(table), tol=tol)
+    # C++ leaves cummax and cummin along the last dim to ATen (one pass against two, measured faster)
+    fallbacks = {(f.op, "last dim" in f.reason) for f in cap.fallbacks}
+    assert fallbacks == ({("aten.cummax.default", True), ("aten.cummin.default", True)} if target == "cpp" else set())
+    scanned_dims = len(size) - (target == "cpp")
+    assert sum(k.kind == "scan" for k in cap.kernels) >= 4 * scanned_dims, [k.name for k in cap.kernels]  # 2 a cummax
+
+
 SORT_DTYPES = [torch.float32, torch.bfloat16, torch.int32, torch.int8]
 
 
@@ -654,14 +693,31 @@ def test_attention_extern_on_computed_inputs(check_compiled):
     assert any("attention" in e.op for e in cap.externs) and not cap.fallbacks
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_grid_sample_gathers_in_triton_without_gradients(check_compiled, target, mode):
+    """grid_sample without gradients is torch._decomp's gathers of the corners,
+    one Triton kernel (H100, [16, 64, 128, 128] fp32: bilinear 232 us, ATen 303).
+    C++ and training keep ATen's kernel, saying why: on a CPU the decomposition
+    ran 5.6x slower than eager, and a backward recomputes it."""
+    torch.manual_seed(13)
+    x, grid = rand((2, 3, 9, 11), torch.float32), torch.rand(2, 5, 7, 2) * 2.2 - 1.1  # some points outside: zeros
+    fn = lambda x, g: F.grid_sample(x, g, mode=mode, align_corners=False) * 2  # noqa: E731
+    cap = check_compiled(fn, x, grid, tol=dict(rtol=1e-4, atol=1e-4))
+    fallbacks = {f.op: f.reason for f in cap.fallbacks}
+    assert (fallbacks == {}) == (target != "cpp"), fallbacks
+    assert len(cap.kernels) == 1, [k.name for k in cap.kernels]
+    cap = check_compiled(fn, x.requires_grad_(), grid, tol=dict(rtol=1e-4, atol=1e-4))
+    assert "gradients" in {f.op: f.reason for f in cap.fallbacks}["aten.grid_sampler_2d.default"]
+
+
 @pytest.mark.parametrize(
     "name, fn, op",
     [
-        ("cummax", lambda x: torch.cummax(x + 1, 1).values * 2, "aten.cummax.default"),
+        ("histc", lambda x: torch.histc(x + 1, bins=4) * 2, "aten.histc.default"),
         ("mode", lambda x: torch.mode((x * 2).round(), 1).values * 2, "aten.mode.default"),
         ("round(decimals)", lambda x: torch.round(x.exp(), decimals=2) - 1, "aten.round.decimals"),
     ],
-    ids=["cummax", "mode", "round-decimals"],
+    ids=["histc", "mode", "round-decimals"],
 )
 def test_unsupported_op_falls_back(check_compiled, name, fn, op):
     """An op with no lowering runs through ATen: correct, listed with a reason,

@@ -239,6 +239,22 @@ def test_cumsum_and_cumprod_backward(target, dim):
     assert any("_scan_" in k.name for g in cap.graphs if g.kind == "backward" for k in g.kernels)
 
 
+@pytest.mark.parametrize("dim", [0, -1])
+def test_cummax_and_logcumsumexp_backward(target, dim):
+    """cummax's gradient goes to the positions its indices name, and
+    logcumsumexp's is two more scans: all ours on every target, equal to eager's."""
+    torch.manual_seed(12)
+    device = "cuda" if target == "cuda" else "cpu"
+    x = torch.randn(37, 300, device=device, requires_grad=True)
+    tol = dict(rtol=1e-3, atol=1e-4) if target == "cuda" else TOL
+    cap = compare_a_step(target, lambda x: (torch.cummax(x, dim).values ** 2).mean()
+                         + (torch.logcumsumexp(x, dim) * x.cos()).mean(), x, tol)
+    kept = ["aten.cummax.default"] if target == "cpp" and dim == -1 else []  # ATen's one pass, in C++
+    assert [f.op for f in cap.fallbacks] == kept, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    backward = next(g for g in cap.graphs if g.kind == "backward")
+    assert any("_scan_" in k.name for k in backward.kernels), [k.name for k in backward.kernels]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(67, 136), (2, 3, 4104), (67, 131)])
 def test_a_stored_value_and_its_row_sums_are_one_kernel(check_on_every_target, target, dtype, shape):

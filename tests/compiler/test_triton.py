@@ -149,6 +149,18 @@ def test_padded_windows_load_at_their_own_offset(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_an_arange_used_as_an_index_is_read_directly(device):
+    """grid_sample's decomposition picks each corner with arange-valued batch and
+    channel indices: they are positions of the loop, read directly (folding into
+    one division of x0, no negative index to wrap), and only the computed row and
+    column are index values loaded into the address."""
+    x, grid = rand(2, 3, 9, 11, device=device), torch.rand(2, 5, 7, 2, device=device) * 2.2 - 1.1
+    (k,) = check(lambda x, g: F.grid_sample(x, g, align_corners=False), x, grid).kernels
+    corners = [line for line in k.source.splitlines() if "tl.load" in line and "99 * (x0 // 35)" in line]
+    assert len(corners) == 4 and all(len(re.findall(r"\btmp\d+\b", c.split("tl.load")[1])) == 2 for c in corners), k.source
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_round_trips_through_16_bits_fold_only_where_they_lose_nothing(device):
     """A float32 value cast to bf16 and back is itself where bf16 holds it: a
     bf16 value, -inf, or a pick among such. 0.1 and float16 values round."""
