@@ -555,11 +555,11 @@ def _element(size, direct: dict, picked: dict):
     i64 = torch.int64
     stride = contiguous_strides(size)
     offset = ir.index_value(sum((i * stride[d] for d, i in direct.items()), sympy.Integer(0)))
-    valid = None
+    valid = ir.const(True, torch.bool)  # positions of the loop (_position) are in range
     for d, at in picked.items():
         inside = ir.op("logical_and", ir.op("ge", at, ir.const(0, i64), dtype=torch.bool),
                        ir.op("lt", at, ir.const(size[d], i64), dtype=torch.bool), dtype=torch.bool)
-        valid = inside if valid is None else ir.op("logical_and", valid, inside, dtype=torch.bool)
+        valid = inside if valid.op == "const" else ir.op("logical_and", valid, inside, dtype=torch.bool)
         offset = ir.op("add", offset, ir.op("mul", at, ir.const(stride[d], i64), dtype=i64), dtype=i64)
     return offset, valid
 

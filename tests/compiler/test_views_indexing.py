@@ -256,7 +256,7 @@ def test_index_put_scatters(check_compiled, dtype):
     take are scatter kernels of ours (x copied, or filled where it is one number,
     then each value added to or written at the element its indices pick):
     duplicates add up, negative indices count from the end, index dims split by
-    a slice or broadcast against values."""
+    a slice or broadcast against values, aranges index as positions."""
     torch.manual_seed(4)
     x, v = rand((6, 5, 7), dtype), rand((80, 5, 7), dtype)
     i = torch.randint(-6, 6, (40,))  # duplicates, negative
@@ -273,6 +273,10 @@ def test_index_put_scatters(check_compiled, dtype):
         "x[u] = v (a write)": lambda x, v, i, j, k, u, long, perm: put(x, [u], v[:4], False),
         "(x * 2)[i] += v (into a computed value)": lambda x, v, i, j, k, u, long, perm: put(x * 2, [i], v[:40], True),
         "zeros[i] += v (a fill)": lambda x, v, i, j, k, u, long, perm: put(torch.zeros_like(x), [i], v[:40], True),
+        # index tensors computed from aranges are positions of the loop, read directly (overlapping windows)
+        "x[:, a + b, c] += v (aranges)": lambda x, v, i, j, k, u, long, perm: put(
+            x, [None, (torch.arange(4)[:, None] + torch.arange(2)).view(4, 2, 1), torch.arange(7)],
+            v[:6, :4, None, :].expand(6, 4, 2, 7), True),
         "index_add": lambda x, v, i, j, k, u, long, perm: torch.index_add(x, 1, k, v.reshape(-1, 7)[:54].reshape(6, 9, 7)),
         "scatter_add(dim=0, 80 indices)": lambda x, v, i, j, k, u, long, perm: torch.scatter_add(x, 0, long, v),
         "scatter(dim=1, src)": lambda x, v, i, j, k, u, long, perm: torch.scatter(x, 1, perm, v[:6]),
