@@ -275,8 +275,8 @@ def test_index_put_scatters(check_compiled, dtype):
         "zeros[i] += v (a fill)": lambda x, v, i, j, k, u, long, perm: put(torch.zeros_like(x), [i], v[:40], True),
         # index tensors computed from aranges are positions of the loop, read directly (overlapping windows)
         "x[:, a + b, c] += v (aranges)": lambda x, v, i, j, k, u, long, perm: put(
-            x, [None, (torch.arange(4)[:, None] + torch.arange(2)).view(4, 2, 1), torch.arange(7)],
-            v[:6, :4, None, :].expand(6, 4, 2, 7), True),
+            x, [None, (torch.arange(4, device=x.device)[:, None] + torch.arange(2, device=x.device)).view(4, 2, 1),
+                torch.arange(7, device=x.device)], v[:6, :4, None, :].expand(6, 4, 2, 7), True),
         "index_add": lambda x, v, i, j, k, u, long, perm: torch.index_add(x, 1, k, v.reshape(-1, 7)[:54].reshape(6, 9, 7)),
         "scatter_add(dim=0, 80 indices)": lambda x, v, i, j, k, u, long, perm: torch.scatter_add(x, 0, long, v),
         "scatter(dim=1, src)": lambda x, v, i, j, k, u, long, perm: torch.scatter(x, 1, perm, v[:6]),
