@@ -202,9 +202,14 @@ def cumprod(g, node, x, dim, *, dtype=None):
 
 @register(aten.logcumsumexp.default)
 def logcumsumexp(g, node, x, dim):
+    """In C++ accumulated in float64, as eager's CPU kernel does: each step rounds
+    at the magnitude of the running value, and over [6, 9001] float32 rows the
+    error from float64 was 4.0e-5 in float32 against eager's 4.8e-7. Eager's CUDA
+    kernel, like Triton here, accumulates in float32."""
     if not out_val(node).dtype.is_floating_point:
         raise Unsupported("logcumsumexp of integers")
-    return scan(g, node, x, dim, "logaddexp")
+    acc = torch.float64 if config.target_for(g.device) == "cpp" else None
+    return scan(g, node, x, dim, "logaddexp", acc=acc)
 
 
 @register(aten.cummax.default, aten.cummin.default)
@@ -235,20 +240,20 @@ def cummax_cummin(g, node, x, dim):
     return values, scan(g, node, x, dim, "max", value=position_taken, dtype=i64)
 
 
-def scan(g, node, x, dim, rtype, value=None, dtype=None):
+def scan(g, node, x, dim, rtype, value=None, dtype=None, acc=None):
     """The running `rtype` (sum, prod, max, min, logaddexp) of x along `dim`, into
     a contiguous buffer of x's shape and `dtype` (the node's), accumulated in that
     dtype upcast (float32 for 16-bit floats, as Inductor; eager's CUDA cumsum
-    rounds each partial sum to 16 bits). `value(idx)`: what is scanned at x's
-    index idx (default: x's element). Its pointwise producers are inlined; it
-    runs in a kernel of its own."""
+    rounds each partial sum to 16 bits), or in `acc`. `value(idx)`: what is
+    scanned at x's index idx (default: x's element). Its pointwise producers are
+    inlined; it runs in a kernel of its own."""
     dtype = dtype or out_val(node).dtype
     if value is None and (x.ndim == 0 or x.size[dim % x.ndim] == 1):  # one element a row: itself
         return make_pointwise(g, node, lambda v: v, [x])
     if 0 in x.size:
         raise Unsupported("empty scan")
     dim = dim % x.ndim
-    cdt = upcast(dtype)
+    cdt = acc or upcast(dtype)
     stride = contiguous_strides(tuple(x.size))
     value = value or (lambda idx: x.load(idx))
 

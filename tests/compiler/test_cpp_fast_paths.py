@@ -69,6 +69,7 @@ LONG_SUMS = {  # (fn, shape): each of the loop forms a float sum takes
     "rows of vector math": (lambda x: x.sigmoid().sum(-1), (4, 1000003)),
     "columns": (lambda x: x.abs().sum(0), (100003, 64)),
     "rows as two loops": (lambda x: (x * torch.arange(1.0, 65.0).view(1, 64, 1)).abs().sum((1, 2)), (4, 64, 4096)),
+    "logcumsumexp, in float64 as eager": (lambda x: torch.logcumsumexp(x, -1), (6, 9001)),
 }
 
 

@@ -1,6 +1,6 @@
 """Random programs, compiled on every target and compared with eager, forward and
 (float32) through AOTAutograd's backward: seeded chains of pointwise ops,
-reductions that broadcast back, softmaxes, selects, transposed, flipped, rolled
+reductions that broadcast back, scans, softmaxes, selects, transposed, flipped, rolled
 (along a dim and across two), gathered, interleaved, shifted (zeros padded in) and
 spliced reads, values taken at an argmax, bmm, int32 arithmetic and writes into inputs,
 computed in float32 from float32 or bfloat16 inputs. Each fuses differently
@@ -41,6 +41,8 @@ REDUCE = {
     "softmax": lambda x, d: x.softmax(d), "x-mean": lambda x, d: x - x.mean(d, keepdim=True),
     "logsumexp-log(n)": lambda x, d: torch.logsumexp(x, d, keepdim=True) - math.log(x.shape[d]),
     "sum/n": lambda x, d: x.sum(d, keepdim=True) / x.shape[d],
+    "cumsum/n": lambda x, d: x.cumsum(d) / x.shape[d], "cummax": lambda x, d: torch.cummax(x, d).values,
+    "logcumsumexp-log(n)": lambda x, d: torch.logcumsumexp(x, d) - math.log(x.shape[d]),
 }
 SHAPES = [(3, 37, 37), (5, 19, 19), (2, 3, 9001), (64, 2, 129)]
 # a fixed set in CI; FUSION_RANDOM_PROGRAMS=500 searches further
@@ -151,8 +153,16 @@ def test_random_program(check_on_every_target, seed):
         cap = check_on_every_target(fn, *inputs)
     except AssertionError as e:
         raise AssertionError(f"program {seed}: {text}\n{e}") from None
-    assert not cap.fallbacks, (text, [f"{f.op}: {f.reason}" for f in cap.fallbacks])
+    lowered = unchosen_fallbacks(cap)
+    assert not lowered, (text, [f"{f.op}: {f.reason}" for f in lowered])
     assert cap.kernels, text
+
+
+def unchosen_fallbacks(cap, *also: str) -> list:
+    """The ATen calls that were not chosen on purpose: C++ leaves cummax and
+    cummin along the last dim to ATen (measured faster); `also`: more such ops."""
+    return [f for f in cap.fallbacks if f.op not in also
+            and not (f.op in ("aten.cummax.default", "aten.cummin.default") and "last dim" in f.reason)]
 
 
 @pytest.mark.parametrize("seed", range(PROGRAMS // 2))
@@ -181,6 +191,6 @@ def test_random_program_gradients(target, fresh_dynamo, seed):
             raise AssertionError(f"program {seed}: {text}\ngrad of v{k}: {e}") from None
     cap = caps["ours"]
     # a gather's gradient scatters more indices than we lower (SCATTER_MAX_INDICES): ATen's index_put
-    lowered = [f for f in cap.fallbacks if f.op != "aten.index_put.default"]
+    lowered = unchosen_fallbacks(cap, "aten.index_put.default")
     assert not lowered, (text, [f"{f.op}: {f.reason}" for f in lowered])
     assert {g.kind for g in cap.graphs} >= {"forward", "backward"}, text
