@@ -502,7 +502,7 @@ def _extremes_of_keys(g, node, x, size, place, value, reduce: str, origins, incl
             f = torch.tensor(float(e.args[0]), dtype=torch.float32)
             bits = int(f.view(torch.int32))
             fill = nan_key if f.isnan() else bits ^ 0x7FFFFFFF if bits < 0 else bits
-    start = (Lazy(x.size, torch.int32, lambda idx: ir.const(fill, torch.int32)) if fill is not None
+    start = (_filled(x, fill, torch.int32) if fill is not None
              else Lazy(x.size, torch.int32, lambda idx: key(x.load(idx)), origins))
     keys = _scatter_into(g, node, start, size, place, lambda idx: key(value(idx)), reduce, origins, torch.int32)
 
