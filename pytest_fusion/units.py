@@ -69,6 +69,7 @@ def launch_summary(launch: dict | None) -> str:
     timed = sorted(us for _, us in launch.get("timed") or [])
     if len(timed) > 1:
         text += f"; fastest of {len(timed)} timed: {timed[0]:.1f} us (others {', '.join(f'{t:.1f}' for t in timed[1:])} us)"
+        text += " on the first call's tensors" if launch.get("timed_on") == "call" else ""
     elif launch.get("tuned_earlier"):
         text += "; chosen by an earlier run's timing (cache)"
     if launch.get("compile_s") is not None:

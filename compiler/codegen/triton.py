@@ -506,11 +506,21 @@ class TritonKernel:
             workspace=self.workspace,
             pdl=self.pdl,
             atomic=self.k.is_scatter,  # its result depends on the order of the atomics (see triton_build)
+            tune_on_call=self._tunes_on_call(),
             # Triton's FP fusion contracts a * b + c into an FMA across a rounding
             # to bf16/fp16 in between, which eager does round (TorchInductor turns
             # it off when it emulates eager's casts, for the same reason)
             fp_fusion=not self.rounds_in_registers,
         )
+
+    def _tunes_on_call(self) -> bool:
+        """Its candidates are timed on its first call's tensors: a gather (see
+        Plan.gathers) that writes only what it does not read, so launching it again
+        gives the same result (triton_build also checks that no two tensors share
+        memory)."""
+        read = {e.args[0] for e in triton_config.external_loads(self.k)}
+        return (self.plan.gathers and not self.workspace and not self.k.is_scatter
+                and not read & set(self.args.outputs))
 
     def _itemsize(self, name: str) -> int:
         b = self.buffers.get(name)

@@ -83,6 +83,7 @@ MULTIPASS_STEP_BYTES = 32 << 10
 # split a looped reduction when a row has at least this many loop iterations per split
 SPLIT_MIN_ITERATIONS = 4
 SM_MAX_WARPS = 64  # resident on an H100 / H200 SM
+GATHER_CONFIGS = ((4096, 32),)  # (XBLOCK, warps) pointwise gathers also time
 POINTWISE_WARPS = 4  # a 1-D pointwise program's, fewer where its block is small (16 bytes a thread)
 SPLIT_WARPS_PER_SM = 32  # of the SM_MAX_WARPS
 # warps of a looped reduction's program over a strided dim, its only configuration:
@@ -143,6 +144,9 @@ class Plan:
     # bf16 [8192, 4096] 43.04 -> 42.05) and changed none of x * 2 [8192, 4096] (65.9),
     # PointwiseModel [16384, 1024] (36.0 -> 36.2) or [1024, 1024] (5.66) beyond noise
     evict_last_streams: bool = False
+    # pointwise: it loads at indices read from memory, whose spread scratch inputs
+    # cannot stand for (its candidates are timed on its first call's tensors)
+    gathers: bool = False
     configs: list = dataclasses.field(default_factory=list)
 
 
@@ -155,8 +159,8 @@ def plan(kernel: FusedKernel, device: torch.device, itemsize: int, int64: bool =
     xn = kernel.xnumel
     if not reduction:
         tile = choose_tile(kernel)
-        p = Plan(False, tile=tile)
-        p.configs = _tiled_configs(xn // tile, tile, gpu, itemsize) if tile else _pointwise_configs(xn, gpu, itemsize)
+        p = Plan(False, tile=tile, gathers=any(e.args[2] for e in external_loads(kernel)))
+        p.configs = _tiled_configs(xn // tile, tile, gpu, itemsize) if tile else _pointwise_configs(xn, gpu, itemsize, p.gathers)
         return p
     rn = max(kernel.rnumel, 1)
     inner = reduces_contiguous(kernel)
@@ -241,7 +245,8 @@ def _scan_plan(kernel: FusedKernel, gpu: bool, itemsize: int) -> Plan:
 # -- pointwise ---------------------------------------------------------------------------------
 
 
-def _pointwise_configs(xn: int, gpu: bool, itemsize: int) -> list:
+def _pointwise_configs(xn: int, gpu: bool, itemsize: int, gathers: bool = False) -> list:
+    """`gathers`: the kernel loads at indices it reads from memory."""
     if not gpu:  # the interpreter pays per op and per program: few, big programs
         xb = min(pow2(xn), 1 << 16)
         return [dict(XBLOCK=xb, num_warps=1, grid=cdiv(xn, xb))]
@@ -265,6 +270,18 @@ def _pointwise_configs(xn: int, gpu: bool, itemsize: int) -> list:
     # TritonKernel._load, 66.7; Inductor 67.0-67.2). Twice the block ran no faster (H100)
     if xn >= AUTOTUNE_MIN_ELEMENTS and xb >= 256:
         out.append(cfg(xb // 2, _warps(xb // 2, itemsize, lo=1, hi=POINTWISE_WARPS, thread_bytes=8)))
+    # gathers whose indices spread over a region (grid_sample's corners over a
+    # channel's plane, index_select's columns over a row) hit in L1 when one
+    # program covers much of the region: big programs of many warps. H100, real
+    # data, us per call after an L2 flush, the two candidates above -> 4096 x 32
+    # warps (Inductor): grid_sample [16, 64, 128, 128] bilinear fp32 270.4 -> 122.4
+    # (186.4), bf16 193.8 -> 106.4 (148.2), nearest fp32 114.7 -> 79.4 (111.0);
+    # index_select(1) [4096, 8192] -> 4096 fp32 116.5 -> 79.8 (112.1); gather(1)
+    # [4096, 8192] fp32 244.5 -> 188.9 (235.5). 16 warps were no faster (index_select
+    # 78.1) and spilled (20 local accesses, grid_sample fp32, Triton 3.6); embedding
+    # rows keep the candidates above (4096 x 32: 59.5 against 51.5)
+    if gathers and xn >= AUTOTUNE_MIN_ELEMENTS:
+        out += [cfg(xb, w) for xb, w in GATHER_CONFIGS if xb <= pow2(xn)]
     return out
 
 

@@ -5,11 +5,12 @@ every launch configuration is compiled before the graph is returned, in a thread
 pool so that a graph's kernels compile together (each thread hands its compile
 to a worker process once one is ready: runtime/compile_workers.py); when there
 are several, the fastest is picked once per shape and machine (timed on scratch
-inputs) and remembered in the cache. The launcher is generated per kernel with
-the grid, constants and workspace addresses as literals, and calls our C launcher
-(runtime/cuda_launcher.py; Triton's own where that cannot serve): per call it
-only reads the stream and, for graph inputs (which may be views at any address),
-checks 16-byte alignment, falling back to a plain Triton launch when one is not.
+inputs, or a gather's on its first call's tensors) and remembered in the cache.
+The launcher is generated per kernel with the grid, constants and workspace
+addresses as literals, and calls our C launcher (runtime/cuda_launcher.py;
+Triton's own where that cannot serve): per call it only reads the stream and,
+for graph inputs (which may be views at any address), checks 16-byte alignment,
+falling back to a plain Triton launch when one is not.
 
 CPU tensors (config.cpu_target == "triton", FUSION_TARGET=triton) run under
 Triton's interpreter, which CI uses to check the Triton codegen without a GPU;
@@ -146,7 +147,7 @@ class TritonLauncher:
         self._hooks: list = []
 
     def run(self, *args):
-        self.wait()
+        self.wait(args)
         return self.run(*args)
 
     @property
@@ -156,10 +157,11 @@ class TritonLauncher:
     def when_ready(self, hook) -> None:
         self._hooks.append(hook)
 
-    def wait(self):
+    def wait(self, args: tuple | None = None):
+        """`args`: the first call's tensors, which some kernels are tuned on."""
         if not self.ready:
             start = time.perf_counter()
-            self.run = self._resolve()
+            self.run = self._resolve(args)
             for hook in self._hooks:
                 hook(self.info, time.perf_counter() - start)
 
@@ -298,6 +300,16 @@ def _scratch_args(meta, device):
     return out
 
 
+def _reruns_alike(args) -> bool:
+    """Whether a kernel that writes only what it does not read may launch again on
+    `args`: no two of them share memory (the wrapper may hand a dead input's memory
+    to an output)."""
+    if not args:
+        return False
+    storages = [a.untyped_storage().data_ptr() for a in args]
+    return len(set(storages)) == len(storages)
+
+
 def _target() -> tuple:
     """The GPU kernels are compiled for: (backend, arch, warp size)."""
     from triton.runtime import driver
@@ -351,9 +363,10 @@ def _time(launch, args, reps_ms: float = 2.0) -> float:
     return start.elapsed_time(end) / n
 
 
-def _resolve(name, fn, meta, configs, futures, device, path, tune_path, workspace, target):
+def _resolve(name, fn, meta, configs, futures, device, path, tune_path, workspace, target, tune_args):
     """Collect the compiled configurations, pick the fastest: (config, launcher,
-    kind, [[config, us] of each candidate timed], seconds the slowest compile took)."""
+    kind, [[config, us] of each candidate timed], seconds the slowest compile took).
+    The candidates are timed on `tune_args`, else on scratch inputs."""
     compiled, seconds = [], 0.0
     for cfg, fut in zip(configs, futures):
         try:
@@ -383,7 +396,7 @@ def _resolve(name, fn, meta, configs, futures, device, path, tune_path, workspac
     how = "c" if use_c and _c_fits(compiled[0][1]) else "triton"
     if len(launchers) == 1:
         return launchers[0][0], launchers[0][1], how, [], seconds
-    args = _scratch_args(meta, device)
+    args = tune_args or _scratch_args(meta, device)
     timed = sorted((_time(launch, args), i) for i, (cfg, launch) in enumerate(launchers))
     best_cfg, best = launchers[timed[0][1]]
     write_entry(tune_path, json.dumps(best_cfg).encode())
@@ -398,14 +411,14 @@ def build(name: str, source: str, meta: dict):
     configs = meta["configs"]
     device = torch.device("cpu") if interpret else torch.device("cuda", torch.cuda.current_device())
     if configs[0]["grid"] == 0:  # an empty output: nothing to run, and CUDA rejects a grid of 0 programs
-        launcher = TritonLauncher(name, lambda: lambda *args: None)
+        launcher = TritonLauncher(name, lambda args: lambda *args: None)
         launcher.wait()
         return launcher, path, hit
     with real_tensors():
         workspace = [torch.zeros(w["numel"], dtype=DTYPES[w["dtype"]], device=device) for w in meta["workspace"]]
     if interpret:
         launch = _jit_launcher(fn, meta, configs[0], True, workspace)
-        launcher = TritonLauncher(name, lambda: launch, _info(configs[0], "interpreter"))
+        launcher = TritonLauncher(name, lambda args: launch, _info(configs[0], "interpreter"))
         launcher.wait()
         return launcher, path, hit
     tune_path = _tune_path(path, device)
@@ -418,18 +431,20 @@ def build(name: str, source: str, meta: dict):
     pool = compile_workers.workers(config.compile_workers, target)
     futures = [_executor().submit(_compile_one, fn, meta, cfg, path, target, pool) for cfg in configs]
 
-    def resolve():
+    def resolve(args):
+        # gathers are timed on the first call's tensors (see TritonKernel._tunes_on_call)
+        on_call = meta.get("tune_on_call", False) and _reruns_alike(args)
         try:
             with real_tensors():
                 cfg, launch, how, timed, seconds = _resolve(name, fn, meta, configs, futures, device, path, tune_path,
-                                                            workspace, target)
+                                                            workspace, target, args if on_call else None)
         except KernelCompileError:
             raise
         except Exception as e:  # our fast path broke on this Triton: its own launch is correct
             print(f"pytest-fusion: {name}: plain Triton launch ({type(e).__name__}: {str(e)[:300]})", file=sys.stderr)
             cfg, launch, how, timed, seconds = configs[0], _jit_launcher(fn, meta, configs[0], False, workspace), "jit", [], None
         launcher.info = _info(cfg, how, timed, tuned_earlier=chosen is not None, compile_s=seconds,
-                              dependent=meta.get("pdl", False))
+                              dependent=meta.get("pdl", False), timed_on=("call" if on_call else "scratch") if timed else None)
         return launch
 
     launcher = TritonLauncher(name, resolve)
@@ -437,9 +452,9 @@ def build(name: str, source: str, meta: dict):
 
 
 def _info(cfg: dict, how: str, timed: list = (), tuned_earlier: bool = False, compile_s: float | None = None,
-          dependent: bool = False) -> dict:
+          dependent: bool = False, timed_on: str | None = None) -> dict:
     """KernelRecord.launch (`dependent`: launched with programmatic dependent launch)."""
-    return dict(config=cfg, launcher=how, timed=list(timed), tuned_earlier=tuned_earlier,
+    return dict(config=cfg, launcher=how, timed=list(timed), timed_on=timed_on, tuned_earlier=tuned_earlier,
                 compile_s=None if compile_s is None else round(compile_s, 3), dependent=dependent)
 
 
