@@ -54,7 +54,6 @@ _EXTRA = [
     aten.repeat,
     aten.diagonal,
     aten._adaptive_avg_pool2d,
-    aten.adaptive_max_pool2d,
     aten.bucketize,
 ]
 
@@ -143,7 +142,12 @@ def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, c
 
 
 def _max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
-    """Each window's gradient added at its max (a scatter over the windows)."""
+    return _scatter_to_maxima(grad, x, indices)
+
+
+def _scatter_to_maxima(grad, x, indices):
+    """A max pooling's backward: each window's gradient added at its max (a
+    scatter over the windows). Also adaptive_max_pool2d's."""
     acc = upcast(x.dtype)
     plane = x.new_zeros((*x.shape[:-2], x.shape[-2] * x.shape[-1]), dtype=acc)
     plane = plane.scatter_add(-1, indices.flatten(-2), grad.flatten(-2).to(acc))
@@ -172,26 +176,55 @@ def _avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count
     return padded[..., top:top + x.shape[-2], left:left + x.shape[-1]].to(x.dtype)
 
 
+class _AdaptiveWindows:
+    """An adaptive pooling's windows: window o spans [o * n // out, ceil((o + 1) *
+    n / out)) of a dim of n, as in ATen, each read `longest` long (clamped to the
+    input; `fits` says which of those positions lie in the window)."""
+
+    def __init__(self, size, out_size, device):
+        self.starts, self.picks, self.fits, self.lengths = [], [], [], []
+        for n, out in zip(size[-2:], out_size):
+            o = torch.arange(out, device=device)
+            start, end = o * n // out, ((o + 1) * n + out - 1) // out
+            step = torch.arange(-(-n // out) + (1 if n % out else 0), device=device)
+            self.starts.append(start)
+            self.picks.append(torch.clamp(start[:, None] + step, max=n - 1))
+            self.fits.append(step < (end - start)[:, None])
+            self.lengths.append(end - start)
+        self.rows = self.picks[0].view(*self.picks[0].shape, 1, 1)  # [oh, kh, 1, 1]
+        self.cols = self.picks[1]  # [ow, kw]
+
+    def inside(self):
+        """[oh, kh, ow, kw]: whether each position read lies in its window."""
+        return self.fits[0][:, :, None, None] & self.fits[1]
+
+
+def _adaptive_max_pool2d(x, output_size):
+    """The max of each window and where it is (an index into the input's plane),
+    as _max_pool2d_with_indices; windows of unequal lengths read their longest,
+    the positions past a window's end -inf. Floats only (ATen takes the rest)."""
+    if not x.dtype.is_floating_point or 0 in output_size:
+        return NotImplemented
+    (h, wd), (oh, ow) = x.shape[-2:], output_size
+    if h % oh == 0 and wd % ow == 0:
+        return _max_pool2d_with_indices(x, (h // oh, wd // ow))
+    w = _AdaptiveWindows(x.shape, output_size, x.device)
+    windows = torch.where(w.inside(), x[..., w.rows, w.cols], float("-inf"))  # [..., oh, kh, ow, kw]
+    kw = w.cols.shape[-1]
+    values, at = windows.movedim(-3, -2).flatten(-2).max(-1)  # a window's first position always fits
+    rows = w.starts[0][:, None] + at // kw
+    return values, rows * wd + w.starts[1] + at % kw
+
+
 def _adaptive_avg_pool2d_backward(grad, x):
-    """Each window's gradient over its size, added into the elements it covers:
-    window o spans [o * n // out, ceil((o + 1) * n / out)) of a dim of n, as in
-    torch._decomp's forward, each at most `longest` long (a scatter over the
-    windows; positions past a window's end add nothing)."""
+    """Each window's gradient over its size, added into the elements it covers (a
+    scatter over the windows; positions past a window's end add nothing)."""
     acc = upcast(x.dtype)
-    picks, lengths, fits = [], [], []
-    for n, out in zip(x.shape[-2:], grad.shape[-2:]):
-        o = torch.arange(out, device=x.device)
-        start, end = o * n // out, ((o + 1) * n + out - 1) // out
-        longest = -(-n // out) + (1 if n % out else 0)
-        step = torch.arange(longest, device=x.device)
-        picks.append(torch.clamp(start[:, None] + step, max=n - 1))
-        fits.append((step < (end - start)[:, None]).to(acc))
-        lengths.append(end - start)
-    share = grad.to(acc) / (lengths[0][:, None] * lengths[1])
-    share = share[..., :, None, :, None] * fits[0][:, :, None, None] * fits[1]  # [..., oh, kh, ow, kw]
+    w = _AdaptiveWindows(x.shape, grad.shape[-2:], x.device)
+    share = grad.to(acc) / (w.lengths[0][:, None] * w.lengths[1])
+    share = share[..., :, None, :, None] * w.inside().to(acc)  # [..., oh, kh, ow, kw]
     lead = [None] * (x.ndim - 2)
-    rows = picks[0].view(*picks[0].shape, 1, 1)
-    out = aten.index_put(x.new_zeros(x.shape, dtype=acc), [*lead, rows, picks[1]], share, True)
+    out = aten.index_put(x.new_zeros(x.shape, dtype=acc), [*lead, w.rows, w.cols], share, True)
     return out.to(x.dtype)
 
 
@@ -219,6 +252,8 @@ def decomposition_table() -> dict:
     table[aten.avg_pool2d.default] = _avg_pool2d
     table[aten.avg_pool2d_backward.default] = _avg_pool2d_backward
     table[aten._adaptive_avg_pool2d_backward.default] = _adaptive_avg_pool2d_backward
+    table[aten.adaptive_max_pool2d.default] = _adaptive_max_pool2d
+    table[aten.adaptive_max_pool2d_backward.default] = _scatter_to_maxima
     table[aten.grid_sampler_2d.default] = _grid_sampler_2d
     for op in _KEEP:
         table.pop(op, None)

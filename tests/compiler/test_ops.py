@@ -710,6 +710,20 @@ def test_grid_sample_gathers_in_triton_without_gradients(check_compiled, target,
     assert "gradients" in {f.op: f.reason for f in cap.fallbacks}["aten.grid_sampler_2d.default"]
 
 
+@pytest.mark.parametrize("out", [(5, 7), (4, 1), (13, 37)], ids=str)
+def test_adaptive_max_pool2d_is_ours_with_eagers_indices(check_compiled, out):
+    """adaptive_max_pool2d, values and indices, is ours: windows that divide the
+    input are max_pool2d's; windows of unequal lengths (13 rows into 5) read their
+    longest, -inf past their end. Ties keep the first position and NaN wins, as in
+    eager (ATen ran the unequal ones)."""
+    torch.manual_seed(14)
+    x = rand((2, 3, 13, 37), torch.float32)
+    x[0, 0, :4, :9] = 0.5  # ties within and across windows
+    x[1, 2, 6, 20] = float("nan")
+    cap = check_compiled(lambda x: F.adaptive_max_pool2d(x * 2, out, return_indices=True), x)
+    assert cap.kernels and not cap.fallbacks, cap.fallbacks
+
+
 @pytest.mark.parametrize(
     "name, fn, op",
     [

@@ -582,14 +582,17 @@ POOLS = {
     "avg divisor_override": lambda x: F.avg_pool2d(x, 4, 3, 2, ceil_mode=True, divisor_override=5),
     "adaptive avg (5, 7)": lambda x: F.adaptive_avg_pool2d(x, (5, 7)),
     "adaptive avg 1": lambda x: F.adaptive_avg_pool2d(x, 1),
+    "adaptive max (5, 7)": lambda x: F.adaptive_max_pool2d(x, (5, 7)),
+    "adaptive max (13, 1)": lambda x: F.adaptive_max_pool2d(x, (13, 1)),
 }
 
 
 @pytest.mark.parametrize("case", sorted(POOLS))
 def test_pooling_and_its_backward_are_ours(target, case):
     """max_pool2d and avg_pool2d (ours: reductions over windows, ATen's divisors,
-    backwards scatters) and adaptive_avg_pool2d (torch._decomp's forward, our
-    scatter backward) are kernels of ours, forward and backward, on odd sizes; a
+    backwards scatters), adaptive_avg_pool2d (torch._decomp's forward, our scatter
+    backward) and adaptive_max_pool2d (ours) are kernels of ours, forward and
+    backward, on odd sizes; a
     window's elements are read through affine indices, so the padded input is
     computed where read: without grad, pooling is one kernel (before: ATen ran all
     three)."""
