@@ -144,23 +144,29 @@ class Plan:
     # bf16 [8192, 4096] 43.04 -> 42.05) and changed none of x * 2 [8192, 4096] (65.9),
     # PointwiseModel [16384, 1024] (36.0 -> 36.2) or [1024, 1024] (5.66) beyond noise
     evict_last_streams: bool = False
-    # pointwise: it loads at indices read from memory, whose spread scratch inputs
-    # cannot stand for (its candidates are timed on its first call's tensors)
+    # it loads at indices read from memory, whose spread scratch inputs cannot
+    # stand for (its candidates are timed on its first call's tensors)
     gathers: bool = False
     configs: list = dataclasses.field(default_factory=list)
 
 
 def plan(kernel: FusedKernel, device: torch.device, itemsize: int, int64: bool = False) -> Plan:
     """`int64`: the kernel indexes with 64-bit integers (no cooperative form)."""
-    gpu = device.type == "cuda"
+    gathers = any(e.args[2] for e in external_loads(kernel))
+    p = _plan(kernel, device.type == "cuda", itemsize, int64, gathers)
+    p.gathers = gathers
+    return p
+
+
+def _plan(kernel: FusedKernel, gpu: bool, itemsize: int, int64: bool, gathers: bool) -> Plan:
     if kernel.is_scan:
         return _scan_plan(kernel, gpu, itemsize)
     reduction = any(m.role == "reduction" for m in kernel.members)
     xn = kernel.xnumel
     if not reduction:
         tile = choose_tile(kernel)
-        p = Plan(False, tile=tile, gathers=any(e.args[2] for e in external_loads(kernel)))
-        p.configs = _tiled_configs(xn // tile, tile, gpu, itemsize) if tile else _pointwise_configs(xn, gpu, itemsize, p.gathers)
+        p = Plan(False, tile=tile)
+        p.configs = _tiled_configs(xn // tile, tile, gpu, itemsize) if tile else _pointwise_configs(xn, gpu, itemsize, gathers)
         return p
     rn = max(kernel.rnumel, 1)
     inner = reduces_contiguous(kernel)

@@ -414,9 +414,10 @@ def test_big_gathers_time_big_programs_of_many_warps():
     """A big pointwise gather (grid_sample's corners, index_select's columns) also
     times programs of 4096 elements in 32 warps, whose gathers hit in L1
     (H100, grid_sample bilinear [16, 64, 128, 128] fp32: 270.4 -> 122.4 us per
-    call); each compiles for sm_90. It is tuned on its first
-    call's tensors (scratch indices gather nothing like them), unless it reads
-    what it writes: launching it again would then change its result."""
+    call); each compiles for sm_90. Such kernels, and reductions that gather, are
+    tuned on their first call's tensors (scratch indices gather nothing like
+    them), unless one reads what it writes: launching it again would then change
+    its result."""
     from compiler.codegen.triton_config import GATHER_CONFIGS, _pointwise_configs
 
     def blocks(configs):
@@ -429,7 +430,8 @@ def test_big_gathers_time_big_programs_of_many_warps():
     (sample,) = check(lambda x, g: F.grid_sample(x, g, align_corners=False), x, grid).kernels
     (select,) = check(lambda x, i: x.index_select(-1, i) * 2, x, i).kernels
     (plain,) = check(lambda x: x.sin(), x).kernels
-    assert meta_of(sample.source)["tune_on_call"] and meta_of(select.source)["tune_on_call"]
+    (norm,) = check(lambda x, i: F.layer_norm(x.index_select(-1, i), (5,)), x, i).kernels  # a reduction's gather
+    assert all(meta_of(k.source)["tune_on_call"] for k in (sample, select, norm))
     assert not meta_of(plain.source)["tune_on_call"]
     y = rand(2, 3, 9, 5, device="cpu")
     expected = y + x.index_select(-1, i)
@@ -454,8 +456,12 @@ def test_a_kernel_is_timed_on_call_tensors_only_where_none_share_memory():
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device: kernels are timed on a GPU")
 def test_gpu_gathers_are_timed_on_the_first_calls_tensors():
     x, i = rand(2048, 4096, device="cuda"), torch.randint(0, 4096, (2048,), device="cuda")
-    (k,) = check(lambda x, i: x.index_select(1, i), x, i).kernels
-    assert k.launch["timed_on"] == "call" and len(k.launch["timed"]) == len(meta_of(k.source)["configs"]), k.launch
+    table, tokens = rand(16384, 4096, device="cuda"), torch.randint(0, 16384, (8192,), device="cuda")
+    assert len(persistent_gpu_configs(8192, 4096, torch.float32)) > 1
+    for fn, args in ((lambda x, i: x.index_select(1, i), (x, i)),
+                     (lambda t, i: F.layer_norm(F.embedding(i, t), (4096,)), (table, tokens))):
+        (k,) = check(fn, *args).kernels
+        assert k.launch["timed_on"] == "call" and len(k.launch["timed"]) == len(meta_of(k.source)["configs"]), k.launch
     (k,) = check(lambda x: x.sin(), x).kernels
     assert k.launch["timed_on"] == "scratch", k.launch
 
