@@ -390,9 +390,9 @@ def _binary(name, a, b, t):
     if name == "logical_xor":
         return f"(!!{a} != !!{b})"
     if name == "maximum":
-        return f"(({a} != {a}) ? {a} : (({a} > {b} || {b} != {b}) ? ({b} != {b} ? {b} : {a}) : {b}))" if fp else f"fusion_max<{CTYPE[t]}>({a}, {b})"
+        return f"fusion_max_nan<{CTYPE[t]}>({a}, {b})"
     if name == "minimum":
-        return f"(({a} != {a}) ? {a} : (({a} < {b} || {b} != {b}) ? ({b} != {b} ? {b} : {a}) : {b}))" if fp else f"fusion_min<{CTYPE[t]}>({a}, {b})"
+        return f"fusion_min_nan<{CTYPE[t]}>({a}, {b})"
     if name == "fmax":
         return f"std::fmax({a}, {b})"
     if name == "fmin":
