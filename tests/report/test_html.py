@@ -1,6 +1,7 @@
 """The HTML report: one self-contained file (nothing fetched from anywhere),
 rendered from the JSON, showing what fused and why not."""
 import copy
+import html as html_lib
 import re
 
 from pytest_fusion.report import schema
@@ -94,3 +95,5 @@ def test_kernels_show_their_launch_and_the_candidates_timed(tiny_doc):
     assert "(PDL)" not in html
     kernel["launch"]["dependent"] = True  # programmatic dependent launch (sm_90+)
     assert "compiled at once); launched while the kernel before it finishes (PDL)" in render(doc)
+    kernel["launch"]["timed_on"] = "call"  # a gather, timed on its first call's tensors
+    assert "(others 35.0, 41.2 us) on the first call's tensors; compiled in" in html_lib.unescape(render(doc))
