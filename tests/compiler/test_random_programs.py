@@ -1,6 +1,6 @@
 """Random programs, compiled on every target and compared with eager, forward and
 (float32) through AOTAutograd's backward: seeded chains of pointwise ops,
-reductions that broadcast back, scans, softmaxes, selects, transposed, flipped, rolled
+reductions that broadcast back, scans, softmaxes, adaptive pooling, selects, transposed, flipped, rolled
 (along a dim and across two), gathered, interleaved, shifted (zeros padded in) and
 spliced reads, values taken at an argmax, bmm, int32 arithmetic and writes into inputs,
 computed in float32 from float32 or bfloat16 inputs. Each fuses differently
@@ -19,6 +19,7 @@ import random
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import compiler
 from compiler.config import config
@@ -63,7 +64,7 @@ def make_program(seed: int, grads: bool = False):
     if square:  # one input read through transposed strides
         inputs[2] = inputs[2].transpose(1, 2)
     kinds = ["unary", "binary", "binary", "reduce", "reduce", "select", "view", "gather", "roll", "interleave",
-             "shift", "splice", "flat_roll", "take_at_argmax", "integer"] + (["bmm"] if square else []) + ([] if grads else ["write"])
+             "shift", "splice", "flat_roll", "take_at_argmax", "integer", "pool"] + (["bmm"] if square else []) + ([] if grads else ["write"])
     steps = []  # (text, fn over the values so far)
     for _ in range(rng.randint(5, 10)):
         kind = rng.choice(kinds)
@@ -115,6 +116,11 @@ def make_program(seed: int, grads: bool = False):
             c, d = rng.randrange(3), rng.randrange(3)
             steps.append((f"take_along_dim(v{i}, argmax(v{c}, dim={d}), {d})", lambda v, i=i, c=c, d=d: torch.take_along_dim(
                 torch.broadcast_to(v[i], shape), v[c].argmax(d, keepdim=True), d)))
+        elif kind == "pool":  # adaptive pooling over windows of unequal lengths, upsampled back (nearest)
+            pool = rng.choice(["adaptive_max_pool2d", "adaptive_avg_pool2d"])
+            size = (max(1, shape[1] * 2 // 3), max(1, shape[2] * 2 // 3))
+            steps.append((f"upsample({pool}(v{i}, {size}))", lambda v, i=i, f=getattr(F, pool), size=size: F.interpolate(
+                f(torch.broadcast_to(v[i], shape)[None], size), size=shape[1:], mode="nearest")[0]))
         elif kind == "integer":  # int32 arithmetic on a raw input (exact), back to float
             c = rng.randrange(3)
             steps.append((f"(floor(v{c} * 8) % 5) / 4", lambda v, c=c: ((v[c] * 8).floor().int() % 5).float() * 0.25))
