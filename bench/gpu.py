@@ -306,6 +306,9 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
         Workload("grid_sample bilinear [16,64,128,128] fp32", lambda: (
             lambda x, g: F.grid_sample(x, g, align_corners=False),
             (rnd(s(16), 64, 128, 128, dtype=torch.float32), torch.rand(s(16), 128, 128, 2, device=device) * 2.2 - 1.1))),
+        Workload("index_select(1) [4096,8192]->4096 fp32", lambda: (
+            lambda x, i: x.index_select(1, i),
+            (rnd(s(4096), 8192, dtype=torch.float32), torch.randint(0, 8192, (4096,), device=device)))),
         Workload("sum_all 100M fp32", lambda: (lambda x: x.sum(), (rnd(s(100_000_000), dtype=torch.float32),))),
         Workload("argmax [2048,50257] fp32", lambda: (
             lambda x: x.argmax(-1), (rnd(s(2048), 50257, dtype=torch.float32),))),
