@@ -592,10 +592,9 @@ def test_pooling_and_its_backward_are_ours(target, case):
     """max_pool2d and avg_pool2d (ours: reductions over windows, ATen's divisors,
     backwards scatters), adaptive_avg_pool2d (torch._decomp's forward, our scatter
     backward) and adaptive_max_pool2d (ours) are kernels of ours, forward and
-    backward, on odd sizes; a
-    window's elements are read through affine indices, so the padded input is
-    computed where read: without grad, pooling is one kernel (before: ATen ran all
-    three)."""
+    backward, on odd sizes; a window's elements are read through affine indices,
+    so the padded input is computed where read: without grad, pooling is one
+    kernel (before: ATen ran all of them)."""
     torch.manual_seed(11)
     device = "cuda" if target == "cuda" else "cpu"
     x = torch.randn(2, 3, 13, 37, device=device, requires_grad=True)  # rows of outputs wider than 8 lanes

@@ -446,6 +446,8 @@ def test_big_gathers_time_big_programs_of_many_warps():
 
 
 def test_a_kernel_is_timed_on_call_tensors_only_where_none_share_memory():
+    """The wrapper may hand a dead input's memory to an output: a kernel timed on
+    such tensors would overwrite what it reads."""
     from compiler.runtime.triton_build import _reruns_alike
 
     x = torch.randn(10)
