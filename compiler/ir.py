@@ -149,14 +149,15 @@ KERNEL_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.bf
 REDUCED_IN_PARTS = frozenset({"sum", "prod", "max", "min", "any", "all"})
 
 # a scatter's op by how it meets the element's value: replaces it, adds to it, keeps the larger or smaller
-SCATTER_MODES = {None: "scatter_store", "sum": "scatter_add", "amax": "scatter_max", "amin": "scatter_min"}
+SCATTER_MODES = {None: "scatter_store", "sum": "scatter_add", "amax": "scatter_max", "amin": "scatter_min",
+                 "prod": "scatter_prod"}
 SCATTER_OPS = tuple(SCATTER_MODES.values())
 
 
 def scatter(target: Expr, value: Expr, valid: Expr, reduce: str | None) -> Expr:
     """A scatter buffer's body: store `value` at element `target` (an int64 offset
     computed from index tensors) of the buffer, where `valid`; or combine it with
-    the element's value (`reduce`: "sum", "amax", "amin")."""
+    the element's value (`reduce`: "sum", "amax", "amin", "prod")."""
     return Expr(SCATTER_MODES[reduce], (target, value, valid), value.dtype)
 
 

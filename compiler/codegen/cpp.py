@@ -563,15 +563,15 @@ class CppKernel:
         out.append(f"{indent}{self.args.ptr(buf.storage_name)}[{idx}] = {_cast(value, m.value.dtype, buf.dtype)};")
 
     def _scatter(self, m: Member, value: ir.Expr, cse: dict, out: list[str], indent: str):
-        """Each value stored at (or added to, or kept where larger or smaller than)
-        the element its index picks, where valid."""
+        """Each value stored at (or added to, multiplied into, or kept where larger
+        or smaller than) the element its index picks, where valid."""
         target, v, valid = (self.emit_value(a, cse, out, indent) for a in value.args)
         buf = m.node.buffer
         at = f"{self.args.ptr(buf.storage_name)}[{target}]"
         acc = ir.upcast(buf.dtype)  # 16-bit floats are stored as their bits
         old, new = _cast(at, buf.dtype, acc), _cast(v, value.dtype, acc)
-        if value.op == "scatter_add":
-            v = _cast(f"{old} + {new}", acc, buf.dtype)
+        if value.op in ("scatter_add", "scatter_prod"):
+            v = _cast(f"{old} {'+' if value.op == 'scatter_add' else '*'} {new}", acc, buf.dtype)
         elif value.op in ("scatter_max", "scatter_min"):  # NaN wins, as in eager
             v = _cast(_binary("maximum" if value.op == "scatter_max" else "minimum", old, new, acc), acc, buf.dtype)
         else:

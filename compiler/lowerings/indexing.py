@@ -220,16 +220,17 @@ def scatter_reduce(g, node, x, dim, index, src, reduce, *, include_self=True):
     identity and land only where an index picks; elsewhere x stays, which a second
     scatter marks (Triton's float max and min mark it in their keys:
     _extremes_of_keys). "mean" is a sum and a count of the values an element takes
-    (see _scatter_mean); "prod" has no atomic form (left to ATen)."""
+    (see _scatter_mean); "prod" multiplies in C++ (one thread, in order) and has
+    no atomic form in Triton (left to ATen there)."""
     dtype = out_val(node).dtype
-    if reduce not in ("sum", "amax", "amin", "mean") or dtype == torch.bool:
+    if reduce not in ("sum", "prod", "amax", "amin", "mean") or dtype == torch.bool:
         raise Unsupported(f"scatter_reduce {reduce!r} of {dtype}")
     if reduce == "mean":
         return _scatter_mean(g, node, x, dim, index, src, include_self)
     if include_self or reduce != "sum" and _combines_keys(g.device, dtype):
         return _scatter_along(g, node, x, dim, index, src, reduce, include_self=include_self)
     low, high = (-math.inf, math.inf) if dtype.is_floating_point else (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
-    identity = {"sum": 0, "amax": low, "amin": high}[reduce]
+    identity = {"sum": 0, "prod": 1, "amax": low, "amin": high}[reduce]
     landed = _scatter_along(g, node, _filled(x, identity, dtype), dim, index, src, reduce)
     picked = _scatter_along(g, node, _filled(x, False, torch.bool), dim, index, True, None, dtype=torch.bool)
     return make_pointwise(g, node, lambda p, v, a: ir.op("where", p, v, a, dtype=v.dtype), [picked, landed, x],
@@ -566,7 +567,7 @@ def _element(size, direct: dict, picked: dict):
 
 def _reduces_atomically(device, dtype, reduce: str) -> bool:
     """Whether the kernels for `device` can combine `dtype` into memory: C++ does
-    on one thread. Triton has no atomic add of bools or 8- and 16-bit integers,
+    on one thread. Triton has no atomic multiply, no atomic add of bools or 8- and 16-bit integers,
     and one of bfloat16 only from Hopper on (as TorchInductor finds), not
     interpreted; its atomic max and min take 32- and 64-bit integers here (floats
     combine as int32 keys before this: _extremes_of_keys; float64 is left to ATen)."""
@@ -574,6 +575,8 @@ def _reduces_atomically(device, dtype, reduce: str) -> bool:
         return False
     if config.target_for(device) != "triton":
         return True
+    if reduce == "prod":  # Triton has no atomic multiply
+        return False
     if reduce != "sum":
         return dtype in (torch.int32, torch.int64)
     if dtype in (torch.int8, torch.uint8, torch.int16):
