@@ -25,11 +25,12 @@ class KernelRecord:
     split_reason: str = ""  # why this kernel did not fuse with the one before it
     # Triton: how it is launched. {"config": block sizes, num_warps, grid; "launcher":
     # "c" | "triton" | "jit" | "interpreter"; "timed": [[config, us], ...] the
-    # candidates timed on this machine (empty: one candidate); "timed_on": on "scratch"
-    # inputs or the first "call"'s tensors (gathers), None when none were timed;
-    # "tuned_earlier": the choice came from the cache; "compile_s": seconds its compile took (the slowest
-    # candidate's: they compile at once), None when not measured (the interpreter,
-    # or Triton's plain launch after our fast path failed)}. None for C++ kernels
+    # candidates timed on this machine (empty: one candidate); "timed_on": on
+    # "scratch" inputs or the first "call"'s tensors (gathers), None when none were
+    # timed; "tuned_earlier": the choice came from the cache; "compile_s": seconds
+    # its compile took (the slowest candidate's: they compile at once), None when
+    # not measured (the interpreter, or Triton's plain launch after our fast path
+    # failed)}. None for C++ kernels
     launch: dict | None = None
 
     @property

@@ -439,6 +439,8 @@ REDUCTION_INIT = {
     "any": lambda t: "false",
     "all": lambda t: "true",
 }
+# how a scatter combines a value with its element: the binary op (NaN wins max and min, as in eager)
+_SCATTER_COMBINES = {"scatter_add": "add", "scatter_prod": "mul", "scatter_max": "maximum", "scatter_min": "minimum"}
 # bool accumulators stop g++ from vectorizing a loop: any/all (and the NaN flag of
 # max/min) accumulate in an int with a bitwise reduction instead
 OMP_REDUCTION = {"sum": "+", "prod": "*", "max": "max", "min": "min", "any": "|", "all": "&"}
@@ -570,10 +572,8 @@ class CppKernel:
         at = f"{self.args.ptr(buf.storage_name)}[{target}]"
         acc = ir.upcast(buf.dtype)  # 16-bit floats are stored as their bits
         old, new = _cast(at, buf.dtype, acc), _cast(v, value.dtype, acc)
-        if value.op in ("scatter_add", "scatter_prod"):
-            v = _cast(f"{old} {'+' if value.op == 'scatter_add' else '*'} {new}", acc, buf.dtype)
-        elif value.op in ("scatter_max", "scatter_min"):  # NaN wins, as in eager
-            v = _cast(_binary("maximum" if value.op == "scatter_max" else "minimum", old, new, acc), acc, buf.dtype)
+        if value.op in _SCATTER_COMBINES:
+            v = _cast(_binary(_SCATTER_COMBINES[value.op], old, new, acc), acc, buf.dtype)
         else:
             v = _cast(v, value.dtype, buf.dtype)
         out.append(f"{indent}if ({valid}) {at} = {v};")

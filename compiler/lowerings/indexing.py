@@ -567,10 +567,11 @@ def _element(size, direct: dict, picked: dict):
 
 def _reduces_atomically(device, dtype, reduce: str) -> bool:
     """Whether the kernels for `device` can combine `dtype` into memory: C++ does
-    on one thread. Triton has no atomic multiply, no atomic add of bools or 8- and 16-bit integers,
-    and one of bfloat16 only from Hopper on (as TorchInductor finds), not
-    interpreted; its atomic max and min take 32- and 64-bit integers here (floats
-    combine as int32 keys before this: _extremes_of_keys; float64 is left to ATen)."""
+    on one thread. Triton has no atomic multiply, no atomic add of bools or 8- and
+    16-bit integers, and one of bfloat16 only from Hopper on (as TorchInductor
+    finds), not interpreted; its atomic max and min take 32- and 64-bit integers
+    here (floats combine as int32 keys before this: _extremes_of_keys; float64 is
+    left to ATen)."""
     if dtype == torch.bool:
         return False
     if config.target_for(device) != "triton":
