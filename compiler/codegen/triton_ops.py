@@ -372,6 +372,28 @@ def _store_edge(ptr, value, mask, edge):
 # for sm_90 here: bias + GELU bf16's kernel 0.22-0.26 -> 0.11-0.13 s, group_norm's
 # with 32 groups 0.19-0.33 -> 0.15-0.23)
 GPU_HELPERS = {
+    # a GPU's integer division and remainder are C's already (truncated; the
+    # remainder takes the dividend's sign), and plainly written they compile to what
+    # ptxas gets right: the interpreter's form above, its negations and selects
+    # vectorized by LLVM into int16 lanes, ptxas compiled wrongly for a roll's
+    # backward (one gather in four read its own position; H200, Triton 3.6; as
+    # pytorch#193183). Over -1 the quotient is a negation, which wraps as ATen's does.
+    "_truncdiv": """@triton.jit
+def _truncdiv(a, b):
+    if (a * 0 + b * 0).dtype.is_int_unsigned():
+        q = a // b
+    else:
+        q = tl.where(b == -1, -a, a // tl.where(b == -1, 1, b))
+    return q
+""",
+    "_int_fmod": """@triton.jit
+def _int_fmod(a, b):
+    if (a * 0 + b * 0).dtype.is_int_unsigned():
+        r = a % b
+    else:
+        r = tl.where(b == -1, 0, a % tl.where(b == -1, 1, b))
+    return r
+""",
     # __nv_exp2f as Triton links libdevice (flushing subnormals)
     "_ex2": """@triton.jit
 def _ex2(x):

@@ -8,8 +8,10 @@ computed in float32 from float32 or bfloat16 inputs. Each fuses differently
 along any dim, inputs overwritten after views of them were read), so together
 they reach scheduler and codegen paths no hand-written case names. Values stay
 bounded (every op maps [-2, 2] into itself) and selects and integer ops read
-raw inputs only, so a seed that fails is a bug, not rounding; the failure
-prints the program. FUSION_RANDOM_PROGRAMS=N runs N programs (default 24)."""
+raw inputs only, so a seed that fails is a bug, not rounding (gradients that
+round beyond the tolerance in eager too are held to eager's distance from
+float64's); the failure prints the program. FUSION_RANDOM_PROGRAMS=N runs programs 0..N-1 (default 24),
+FUSION_RANDOM_PROGRAMS=A:B programs A..B-1; the first half of them with gradients."""
 from __future__ import annotations
 
 import contextlib
@@ -46,13 +48,26 @@ REDUCE = {
     "logcumsumexp-log(n)": lambda x, d: torch.logcumsumexp(x, d) - math.log(x.shape[d]),
 }
 SHAPES = [(3, 37, 37), (5, 19, 19), (2, 3, 9001), (64, 2, 129)]
-# a fixed set in CI; FUSION_RANDOM_PROGRAMS=500 searches further
-PROGRAMS = int(os.environ.get("FUSION_RANDOM_PROGRAMS", 24))
 
 
-def make_program(seed: int, grads: bool = False):
+def _seeds(spec: str) -> range:
+    first, _, last = spec.rpartition(":")
+    return range(int(first or 0), int(last))
+
+
+# a fixed set in CI; FUSION_RANDOM_PROGRAMS=500 (or 500:2000) searches further
+SEEDS = _seeds(os.environ.get("FUSION_RANDOM_PROGRAMS", "24"))
+# programs beyond those that found bugs, run with gradients wherever the rest run
+FOUND = {
+    642: "a roll's backward, where ptxas miscompiled our integer division helper (H200, Triton 3.6)",
+}
+GRADIENT_SEEDS = [*SEEDS[:len(SEEDS) // 2], *(s for s in FOUND if s not in SEEDS[:len(SEEDS) // 2])]
+
+
+def make_program(seed: int, grads: bool = False, compute: torch.dtype = torch.float32):
     """(fn, inputs, description): fn(*inputs) returns three of the values it
-    computes. `grads`: float32, and no step writes to an input."""
+    computes, in `compute` (float64 for a reference), stored as its inputs are
+    unless computed in float64. `grads`: float32, and no step writes to an input."""
     rng = random.Random(seed)
     shape = SHAPES[seed % len(SHAPES)]
     square = shape[1] == shape[2]
@@ -66,6 +81,7 @@ def make_program(seed: int, grads: bool = False):
     kinds = ["unary", "binary", "binary", "reduce", "reduce", "select", "view", "gather", "roll", "interleave",
              "shift", "splice", "flat_roll", "take_at_argmax", "integer", "pool"] + (["bmm"] if square else []) + ([] if grads else ["write"])
     steps = []  # (text, fn over the values so far)
+    trivial = {0, 1, 2}  # values that are inputs, views of them or without a gradient (integer)
     for _ in range(rng.randint(5, 10)):
         kind = rng.choice(kinds)
         n = 3 + len(steps)  # values so far: the inputs, then each step's
@@ -119,11 +135,11 @@ def make_program(seed: int, grads: bool = False):
         elif kind == "pool":  # adaptive pooling over windows of unequal lengths, upsampled back (nearest)
             pool = rng.choice(["adaptive_max_pool2d", "adaptive_avg_pool2d"])
             size = (max(1, shape[1] * 2 // 3), max(1, shape[2] * 2 // 3))
-            steps.append((f"upsample({pool}(v{i}, {size}))", lambda v, i=i, f=getattr(F, pool), size=size: F.interpolate(
-                f(torch.broadcast_to(v[i], shape)[None], size), size=shape[1:], mode="nearest")[0]))
+            steps.append((f"upsample({pool}(v{i}, {size}))", lambda v, i=i, f=getattr(F, pool), size=size: upsample(
+                f(torch.broadcast_to(v[i], shape)[None], size)[0], shape[1:])))
         elif kind == "integer":  # int32 arithmetic on a raw input (exact), back to float
             c = rng.randrange(3)
-            steps.append((f"(floor(v{c} * 8) % 5) / 4", lambda v, c=c: ((v[c] * 8).floor().int() % 5).float() * 0.25))
+            steps.append((f"(floor(v{c} * 8) % 5) / 4", lambda v, c=c: ((v[c] * 8).floor().int() % 5).to(compute) * 0.25))
         elif kind == "bmm":  # an extern (ATen's matmul) between kernels
             steps.append((f"v{i} @ v{j} / {2 * shape[2]}", lambda v, i=i, j=j: (
                 torch.broadcast_to(v[i], shape) @ torch.broadcast_to(v[j], shape)) / (2 * shape[2])))
@@ -135,14 +151,19 @@ def make_program(seed: int, grads: bool = False):
             steps.append((f"v{i}.transpose(1, 2)", lambda v, i=i: v[i].transpose(1, 2)))
         else:
             steps.append((f"v{i}.flip(1)", lambda v, i=i: v[i].flip(1)))
+        if kind == "integer" or kind == "view" and square and i in trivial:
+            trivial.add(n)
     last = len(steps) + 2
     outs = sorted({last, last - 1, rng.randrange(3, last + 1)})
+    if trivial >= set(outs):  # nothing computed and differentiable to return: one more value
+        steps.append(("tanh(v0)", lambda v: torch.tanh(v[0])))
+        outs.append(last + 1)
 
     def fn(*xs):
-        v = [x.float() for x in xs]
+        v = [x.to(compute) for x in xs]
         for _, f in steps:
             v.append(f(v))
-        return tuple(v[k].to(dtype) for k in outs)
+        return tuple(v[k].to(compute if compute == torch.float64 else dtype) for k in outs)
 
     text = "; ".join(f"v{3 + k} = {t}" for k, (t, _) in enumerate(steps))
     return fn, inputs, f"{list(shape)} {dtype}: {text}; returns {', '.join(f'v{k}' for k in outs)}"
@@ -152,7 +173,17 @@ def interleave(x):
     return torch.cat([x[..., ::2], x[..., 1::2]], -1)
 
 
-@pytest.mark.parametrize("seed", range(PROGRAMS))
+def upsample(x, size):
+    """Nearest upsampling of the last two dims to `size`, at indices computed
+    exactly: F.interpolate's float-scaled ones differ where the scale rounds, and
+    eager CUDA's backward then routes gradients by another rounding than its
+    forward's ([2, 6000] -> [3, 9001]: 4 of 12000 input gradients misplaced, on an
+    H200), where ours, as Inductor's and eager CPU's, is the forward's adjoint."""
+    rows, cols = (torch.arange(n, device=x.device) * m // n for n, m in zip(size, x.shape[-2:]))
+    return x.index_select(-2, rows).index_select(-1, cols)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_random_program(check_on_every_target, seed):
     fn, inputs, text = make_program(seed)
     try:
@@ -171,7 +202,7 @@ def unchosen_fallbacks(cap, *also: str) -> list:
             and not (f.op in ("aten.cummax.default", "aten.cummin.default") and "last dim" in f.reason)]
 
 
-@pytest.mark.parametrize("seed", range(PROGRAMS // 2))
+@pytest.mark.parametrize("seed", GRADIENT_SEEDS)
 def test_random_program_gradients(target, fresh_dynamo, seed):
     """The gradients of a random float32 program (compiled forward and backward,
     through AOTAutograd) against eager's."""
@@ -180,21 +211,33 @@ def test_random_program_gradients(target, fresh_dynamo, seed):
     fn, inputs, text = make_program(seed, grads=True)
     device = "cuda" if target == "cuda" else "cpu"
     grads, caps = {}, {}
+
+    def grads_of(f, dtype=torch.float32):
+        xs = [x.to(device, dtype, copy=True).requires_grad_() for x in inputs]  # strides kept
+        weights = torch.Generator().manual_seed(seed)  # the same for each
+        outs = [o for o in f(*xs) if o.requires_grad]
+        if not outs:
+            pytest.skip(f"no output of program {seed} depends on an input differentiably")
+        loss = sum((o * torch.rand(o.shape, generator=weights).to(device, dtype)).sum() for o in outs)
+        return torch.autograd.grad(loss, xs, allow_unused=True)
+
     with config.patch(cpu_target="triton") if target == "triton" else contextlib.nullcontext():
         for name, f in (("eager", fn), ("ours", torch.compile(fn, backend="fusion", dynamic=False))):
-            xs = [x.to(device, copy=True).requires_grad_() for x in inputs]  # strides kept
-            weights = torch.Generator().manual_seed(seed)  # the same for both
             with compiler.capture() as caps[name]:
-                outs = [o for o in f(*xs) if o.requires_grad]
-                if not outs:
-                    pytest.skip(f"no output of program {seed} depends on an input differentiably")
-                loss = sum((o * torch.rand(o.shape, generator=weights).to(device)).sum() for o in outs)
-                grads[name] = torch.autograd.grad(loss, xs, allow_unused=True)
+                grads[name] = grads_of(f)
+    exact = None
     for k, (mine, theirs) in enumerate(zip(grads["ours"], grads["eager"])):
         try:
             torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-4)
         except AssertionError as e:
-            raise AssertionError(f"program {seed}: {text}\ngrad of v{k}: {e}") from None
+            # some gradients (a logcumsumexp's, through sqrt) round beyond that in
+            # eager too: then ours must be about as close as eager's to float64's
+            # (root mean square error at most twice eager's, as Inductor's check)
+            exact = exact or grads_of(make_program(seed, grads=True, compute=torch.float64)[0], torch.float64)
+            ours_off, eager_off = ((g.double() - exact[k]).square().mean().sqrt().item() for g in (mine, theirs))
+            if ours_off > 2 * eager_off + 1e-6:
+                raise AssertionError(f"program {seed}: {text}\ngrad of v{k}: {e}\nroot mean square off "
+                                     f"float64's: {ours_off:.3g}, eager's {eager_off:.3g}") from None
     cap = caps["ours"]
     # a gather's gradient scatters more indices than we lower (SCATTER_MAX_INDICES): ATen's index_put
     lowered = unchosen_fallbacks(cap, "aten.index_put.default")
