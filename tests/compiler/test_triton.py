@@ -755,6 +755,36 @@ def test_integer_helpers_compile_for_h100(dtype):
     check(lambda a, b: (a // b, a % b, torch.fmod(a, b), a ** (b % 3), a << (b % 4), a >> (b % 4)), a, b)
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int32, torch.int64], ids=str)
+def test_gpu_forms_of_the_integer_helpers_compile_for_h100(dtype):
+    """A GPU renders integer division and remainder with its own // and %
+    (triton_ops.GPU_HELPERS), which the interpreter cannot run: CI compiles them
+    for sm_90, by a tensor divisor and by constants (-1 included)."""
+    from compiler.codegen.triton_ops import helper_sources
+
+    require_compiler_for_h100()
+    t = str(dtype).removeprefix("torch.")
+    meta = dict(configs=[dict(XBLOCK=128, num_warps=4, num_stages=1, grid=1)], workspace=[], pdl=False, fp_fusion=True,
+                args=[dict(name=n, dtype=t, extent=128, check_align=True) for n in ("arg0", "arg1", "buf2")])
+    helpers = "\n\n".join(helper_sources(["_floordiv", "_int_fmod", "_int_remainder", "_truncdiv"], cuda=True))
+    source = f"""import triton
+import triton.language as tl
+
+META = {meta!r}
+
+{helpers}
+
+@triton.jit
+def triton_integer_helpers(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):
+    x0 = tl.arange(0, XBLOCK)
+    a = tl.load(in_ptr0 + x0)
+    b = tl.load(in_ptr1 + x0)
+    q = _floordiv(a, b) + _truncdiv(a, b) + _int_fmod(a, b) + _int_remainder(a, b)
+    tl.store(out_ptr0 + x0, q + _truncdiv(a, {-1 if dtype.is_signed else 7}) + _int_fmod(a, 13))
+"""
+    compile_for_h100(source, "triton_integer_helpers")  # raises where Triton rejects a form for the type
+
+
 @pytest.mark.parametrize("n", [12289, 12296])
 def test_weights_take_the_layout_of_unaligned_rows(n):
     """Rows of 12289 bf16 are 2-byte aligned: Triton reads them one element per
