@@ -4,6 +4,7 @@ binary ops (libdevice where triton.language has no precise op), the helper
 from __future__ import annotations
 
 import math
+import re
 
 import sympy
 import torch
@@ -405,16 +406,20 @@ def _rsqrt(x):
     return tl.inline_asm_elementwise("rsqrt.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
 """,
 }
-HELPER_DEPS = {"_erf": ["_ex2"], "_extreme_rows": ["_any_rows"], "_floordiv": ["_truncdiv"], "_int_fmod": ["_truncdiv"], "_int_remainder": ["_int_fmod", "_truncdiv"]}
-
-
 def helper_sources(called, cuda: bool) -> list[str]:
-    """The @triton.jit helpers a kernel calls and those they call, in a fixed
-    order, each in its CUDA form (GPU_HELPERS) where it has one and `cuda`."""
-    names = set(called)
-    for h in list(names):
-        names.update(HELPER_DEPS.get(h, []))
-    return [(GPU_HELPERS.get(h) if cuda else None) or HELPERS[h] for h in sorted(names)]
+    """The @triton.jit helpers a kernel calls and those they call (read from the
+    forms taken), in a fixed order, each in its CUDA form (GPU_HELPERS) where it
+    has one and `cuda`."""
+    def form(h: str) -> str:
+        return (GPU_HELPERS.get(h) if cuda else None) or HELPERS[h]
+
+    names, todo = set(), list(called)
+    while todo:
+        h = todo.pop()
+        if h not in names:
+            names.add(h)
+            todo += [c for c in re.findall(r"\b(_\w+)\(", form(h)) if c in HELPERS]
+    return [form(h) for h in sorted(names)]
 
 
 def literal(value, dtype: torch.dtype) -> str:
