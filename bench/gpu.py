@@ -312,6 +312,8 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
         Workload("sum_all 100M fp32", lambda: (lambda x: x.sum(), (rnd(s(100_000_000), dtype=torch.float32),))),
         Workload("argmax [2048,50257] fp32", lambda: (
             lambda x: x.argmax(-1), (rnd(s(2048), 50257, dtype=torch.float32),))),
+        Workload("topk(1) [2048,50257] fp32", lambda: (  # greedy decoding's pick; fp32: bf16 logits tie
+            lambda x: x.topk(1), (rnd(s(2048), 50257, dtype=torch.float32),))),
         Workload("cumsum(-1) [4096,4096] fp32", lambda: (
             lambda x: x.cumsum(-1), (rnd(s(4096), 4096, dtype=torch.float32),))),
         Workload("cummax(-1) [4096,4096] fp32", lambda: (

@@ -313,8 +313,12 @@ def argmin(g, node, x, dim=None, keepdim=False):
 
 @register(aten.max.dim, aten.min.dim)
 def max_min_dim(g, node, x, dim, keepdim=False):
-    """(values, indices): two reductions over the same rows, fused into one kernel."""
-    kind = "max" if node.target is aten.max.dim else "min"
+    return extremes_and_positions(g, node, x, dim, "max" if node.target is aten.max.dim else "min")
+
+
+def extremes_and_positions(g, node, x, dim, kind: str):
+    """(values, indices) of `kind` ("max", "min") along dim, shaped as node's
+    outputs: two reductions over the same rows, fused into one kernel."""
     size = tuple(out_val(node)[0].shape)
     dims = _dims(x, dim)
     values = reduce(g, node, x, dims, kind, out_dtype=x.dtype, out_size=size)

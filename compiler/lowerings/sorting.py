@@ -40,6 +40,11 @@ def sort_stable(g, node, x, *, stable=None, dim=-1, descending=False):
 
 @register(aten.topk.default)
 def topk(g, node, x, k, dim=-1, largest=True, sorted=True):
+    if k == 1 and largest and x.ndim and 0 not in x.size:
+        # the largest value and its first position (NaN the largest, as in topk):
+        # max and argmax, fused in one reduction, where a sort would hold the row
+        # in one block (and fall back to ATen past TRITON_MAX_SORTED on a GPU)
+        return reduction.extremes_and_positions(g, node, x, dim, "max")
     return sorted_rows(g, node, x, dim, largest, k)
 
 

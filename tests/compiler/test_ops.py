@@ -536,6 +536,32 @@ def test_moe_routing_and_long_rows(check_compiled, target):
         assert "512" in cap.fallbacks[0].reason
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32], ids=dtype_id)
+def test_top_one_is_a_max_reduction(check_compiled, target, dtype):
+    """topk(1) (largest) is max and argmax in one reduction kernel, on rows of
+    any length (a sort would hold the row in one block, and Triton would leave
+    rows over 512 to ATen): NaN the largest, as in topk; of equal values the
+    first (eager's topk promises none: the values its indices pick are compared)."""
+    torch.manual_seed(14)
+    x = rand((3, 9001), dtype)
+    if dtype == torch.float32:
+        x[1, 4000] = x[1, 7000] = float("nan")
+    y = rand((37, 5, 7), dtype)
+
+    def top(x, y):
+        (v, i), (w, j) = x.topk(1), y.topk(1, 0)
+        return v, i, w, j
+
+    cap = check_compiled(lambda x, y: (lambda v, i, w, j: (v, x.gather(-1, i), w, y.gather(0, j)))(*top(x, y)), x, y)
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    assert [k.kind for k in cap.kernels if k.kind in ("sort", "reduction")] == ["reduction"] * 2, cap.kernels
+    torch._dynamo.reset()
+    v, i, w, j = torch.compile(top, backend="fusion")(*(t.cuda() if target == "cuda" else t for t in (x, y)))
+    for t, idx, d, got in ((x, v, -1, i), (y, w, 0, j)):  # the first position of the top value
+        top_value = (t.to(got.device) == idx) | (t.to(got.device).isnan() & idx.isnan())
+        assert torch.equal(got, top_value.int().argmax(d, keepdim=True))
+
+
 @pytest.mark.parametrize("shape", [(37, 300), (3, 5000), (2000, 3)])
 def test_scan_consumers_join_its_kernel(check_compiled, shape):
     """Pointwise consumers of a scan's values are computed with them, in the
