@@ -3,7 +3,9 @@
 reductions that broadcast back, scans, softmaxes, adaptive pooling, selects, transposed, flipped, rolled
 (along a dim and across two), gathered, interleaved, shifted (zeros padded in) and
 spliced reads, values taken at an argmax, bmm, int32 arithmetic and writes into inputs,
-computed in float32 from float32 or bfloat16 inputs. Each fuses differently
+and (generator version 2) sorted rows, their medians and k-th values, scatters into
+zeros, 3x3 max and average pooling and masked fills, computed in float32 from
+float32, bfloat16 or float16 inputs. Each fuses differently
 (several outputs, intermediates read again by later reductions, rows reduced
 along any dim, inputs overwritten after views of them were read), so together
 they reach scheduler and codegen paths no hand-written case names. Values stay
@@ -47,6 +49,17 @@ REDUCE = {
     "cumsum/n": lambda x, d: x.cumsum(d) / x.shape[d], "cummax": lambda x, d: torch.cummax(x, d).values,
     "logcumsumexp-log(n)": lambda x, d: torch.logcumsumexp(x, d) - math.log(x.shape[d]),
 }
+# version 2's further ops
+UNARY_2 = {
+    "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "erf": torch.erf, "atan": torch.atan,
+    "log1p|x|": lambda x: torch.log1p(x.abs()),
+}
+# x, dim -> x's values along dim in order (positions, which ties make ambiguous, are not returned)
+ORDER = {
+    "sort": lambda x, d: x.sort(d).values, "sort_desc": lambda x, d: x.sort(d, descending=True).values,
+    "median": lambda x, d: x.median(d, keepdim=True).values, "topk(1)": lambda x, d: x.topk(1, d).values,
+    "kthvalue(2)": lambda x, d: x.kthvalue(min(2, x.shape[d]), d, keepdim=True).values,
+}
 SHAPES = [(3, 37, 37), (5, 19, 19), (2, 3, 9001), (64, 2, 129)]
 
 
@@ -57,38 +70,47 @@ def _seeds(spec: str) -> range:
 
 # a fixed set in CI; FUSION_RANDOM_PROGRAMS=500 (or 500:2000) searches further
 SEEDS = _seeds(os.environ.get("FUSION_RANDOM_PROGRAMS", "24"))
-# programs beyond those that found bugs, run with gradients wherever the rest run
+# the generator's version: 2 adds op kinds (every seed's program changed with it)
+VERSION = 2
+# programs that found bugs, (seed, version): run with gradients wherever the rest run
 FOUND = {
-    642: "a roll's backward, where ptxas miscompiled our integer division helper (H200, Triton 3.6)",
+    (642, 1): "a roll's backward, where ptxas miscompiled our integer division helper (H200, Triton 3.6)",
 }
-GRADIENT_SEEDS = [*SEEDS[:len(SEEDS) // 2], *(s for s in FOUND if s not in SEEDS[:len(SEEDS) // 2])]
+PROGRAMS = [(s, VERSION) for s in SEEDS]
+GRADIENT_PROGRAMS = [*PROGRAMS[:len(PROGRAMS) // 2], *(p for p in FOUND if p not in PROGRAMS[:len(PROGRAMS) // 2])]
 
 
-def make_program(seed: int, grads: bool = False, compute: torch.dtype = torch.float32):
+def make_program(seed: int, grads: bool = False, compute: torch.dtype = torch.float32, version: int = VERSION):
     """(fn, inputs, description): fn(*inputs) returns three of the values it
     computes, in `compute` (float64 for a reference), stored as its inputs are
-    unless computed in float64. `grads`: float32, and no step writes to an input."""
+    unless computed in float64. `grads`: float32, and no step writes to an input.
+    `version` 1 makes the programs made before version 2's ops joined."""
     rng = random.Random(seed)
     shape = SHAPES[seed % len(SHAPES)]
     square = shape[1] == shape[2]
     gen = torch.Generator().manual_seed(seed)
-    # every other program loads bfloat16 and stores it: converted at the edges only,
-    # where eager rounds as we do (inside, eager would round after every op)
-    dtype = torch.bfloat16 if seed % 2 and not grads else torch.float32
-    inputs = [(torch.rand(shape, generator=gen) * 4 - 2).to(dtype) for _ in range(3)]
+    # every other program loads 16-bit floats and stores them: converted at the edges
+    # only, where eager rounds as we do (inside, eager would round after every op)
+    half = torch.float16 if version > 1 and seed % 4 == 3 else torch.bfloat16
+    dtype = half if seed % 2 and not grads else torch.float32
+    unary = UNARY | UNARY_2 if version > 1 else UNARY
+    inputs = [(uniform_distinct(shape, gen) if version > 1 else torch.rand(shape, generator=gen) * 4 - 2).to(dtype)
+              for _ in range(3)]
     if square:  # one input read through transposed strides
         inputs[2] = inputs[2].transpose(1, 2)
     kinds = ["unary", "binary", "binary", "reduce", "reduce", "select", "view", "gather", "roll", "interleave",
              "shift", "splice", "flat_roll", "take_at_argmax", "integer", "pool"] + (["bmm"] if square else []) + ([] if grads else ["write"])
+    if version > 1:
+        kinds += ["order", "scatter", "window", "fill"]
     steps = []  # (text, fn over the values so far)
-    trivial = {0, 1, 2}  # values that are inputs, views of them or without a gradient (integer)
+    trivial = {0, 1, 2}  # version 1: values that are inputs, views of them or without a gradient (integer)
     for _ in range(rng.randint(5, 10)):
         kind = rng.choice(kinds)
         n = 3 + len(steps)  # values so far: the inputs, then each step's
         i, j = rng.randrange(n), rng.randrange(n)
         if kind == "unary":
-            name = rng.choice(sorted(UNARY))
-            steps.append((f"{name}(v{i})", lambda v, f=UNARY[name], i=i: f(v[i])))
+            name = rng.choice(sorted(unary))
+            steps.append((f"{name}(v{i})", lambda v, f=unary[name], i=i: f(v[i])))
         elif kind == "binary":
             name = rng.choice(sorted(BINARY))
             steps.append((f"{name}(v{i}, v{j})", lambda v, f=BINARY[name], i=i, j=j: f(v[i], v[j])))
@@ -140,6 +162,24 @@ def make_program(seed: int, grads: bool = False, compute: torch.dtype = torch.fl
         elif kind == "integer":  # int32 arithmetic on a raw input (exact), back to float
             c = rng.randrange(3)
             steps.append((f"(floor(v{c} * 8) % 5) / 4", lambda v, c=c: ((v[c] * 8).floor().int() % 5).to(compute) * 0.25))
+        elif kind == "order":  # a dim's values in order, or one of them (keepdim)
+            name, d = rng.choice(sorted(ORDER)), rng.randrange(3)
+            steps.append((f"{name}(v{i}, dim={d})",
+                          lambda v, f=ORDER[name], i=i, d=d: f(torch.broadcast_to(v[i], shape), d)))
+        elif kind == "scatter":  # into zeros along a dim, two positions to one: two addends sum alike in any order
+            d, how = rng.randrange(3), rng.choice(["sum", "mean", "amax", "amin"])
+            to = torch.randperm(shape[d], generator=gen) // 2
+            steps.append((f"zeros.scatter_reduce({d}, randperm // 2, v{i}, {how}, include_self={how == 'sum'})",
+                          lambda v, i=i, d=d, to=to, how=how: scatter_pairs(torch.broadcast_to(v[i], shape), d, to, how)))
+        elif kind == "window":  # 3x3 windows over the last two dims, padded, upsampled back
+            stride, pool = rng.choice([1, 2]), rng.choice(["max", "avg", "avg_without_pad"])
+            steps.append((f"upsample({pool}_pool2d(v{i}, 3, {stride}, 1))",
+                          lambda v, i=i, stride=stride, pool=pool: upsample(pool3x3(
+                              torch.broadcast_to(v[i], shape), stride, pool), shape[1:])))
+        elif kind == "fill":  # a constant where a raw input is large
+            c = rng.randrange(3)
+            steps.append((f"v{i}.masked_fill(v{c} > 1, 0.25)",
+                          lambda v, i=i, c=c: torch.broadcast_to(v[i], shape).masked_fill(v[c] > 1, 0.25)))
         elif kind == "bmm":  # an extern (ATen's matmul) between kernels
             steps.append((f"v{i} @ v{j} / {2 * shape[2]}", lambda v, i=i, j=j: (
                 torch.broadcast_to(v[i], shape) @ torch.broadcast_to(v[j], shape)) / (2 * shape[2])))
@@ -155,7 +195,9 @@ def make_program(seed: int, grads: bool = False, compute: torch.dtype = torch.fl
             trivial.add(n)
     last = len(steps) + 2
     outs = sorted({last, last - 1, rng.randrange(3, last + 1)})
-    if trivial >= set(outs):  # nothing computed and differentiable to return: one more value
+    # nothing computed and differentiable to return: one more value (version 1 knew
+    # such values by their kind, missing a shift of an integer value)
+    if not computes_gradient(steps, outs, shape) if version > 1 else trivial >= set(outs):
         steps.append(("tanh(v0)", lambda v: torch.tanh(v[0])))
         outs.append(last + 1)
 
@@ -169,8 +211,42 @@ def make_program(seed: int, grads: bool = False, compute: torch.dtype = torch.fl
     return fn, inputs, f"{list(shape)} {dtype}: {text}; returns {', '.join(f'v{k}' for k in outs)}"
 
 
+def computes_gradient(steps, outs, shape) -> bool:
+    """Whether an output of the steps has a gradient other than an input's own
+    (through a view of it): run on float32 inputs that require one."""
+    gen = torch.Generator().manual_seed(0)
+    v = [torch.rand(shape, generator=gen).requires_grad_() * 1 for _ in range(3)]  # not leaves: steps may write them
+    inputs = list(v)
+    for _, f in steps:
+        v.append(f(v))
+    return any(v[k].requires_grad and not (k < 3 or v[k]._base is not None and any(v[k]._base is x for x in inputs))
+               for k in outs)
+
+
 def interleave(x):
     return torch.cat([x[..., ::2], x[..., 1::2]], -1)
+
+
+def uniform_distinct(shape, gen):
+    """Values uniform over [-2, 2), no two equal: a sort (a median, a top value)
+    of equal values from different inputs would route their gradients by a tie
+    order that neither eager's sort nor ours promises (float32 rand repeats a value
+    about twice in 9001)."""
+    n = math.prod(shape)
+    slots = torch.randperm(n, generator=gen).reshape(shape) + torch.rand(shape, generator=gen) * 0.5
+    return slots * (4 / n) - 2
+
+
+def scatter_pairs(x, d: int, to, how: str):
+    """x scattered along dim d into zeros of its shape, position p to to[p]."""
+    index = to.to(x.device).view([-1 if k == d else 1 for k in range(x.ndim)]).expand(x.shape)
+    return torch.zeros_like(x).scatter_reduce(d, index, x, how, include_self=how == "sum")
+
+
+def pool3x3(x, stride: int, pool: str):
+    if pool == "max":
+        return F.max_pool2d(x, 3, stride, 1)
+    return F.avg_pool2d(x, 3, stride, 1, count_include_pad=pool == "avg")
 
 
 def upsample(x, size):
@@ -183,32 +259,41 @@ def upsample(x, size):
     return x.index_select(-2, rows).index_select(-1, cols)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_random_program(check_on_every_target, seed):
-    fn, inputs, text = make_program(seed)
+def program_id(program) -> str:
+    seed, version = program
+    return str(seed) if version == VERSION else f"{seed}-v{version}"
+
+
+@pytest.mark.parametrize("program", PROGRAMS, ids=program_id)
+def test_random_program(check_on_every_target, program):
+    seed, version = program
+    fn, inputs, text = make_program(seed, version=version)
     try:
         cap = check_on_every_target(fn, *inputs)
     except AssertionError as e:
-        raise AssertionError(f"program {seed}: {text}\n{e}") from None
+        raise AssertionError(f"program {program_id(program)}: {text}\n{e}") from None
     lowered = unchosen_fallbacks(cap)
     assert not lowered, (text, [f"{f.op}: {f.reason}" for f in lowered])
     assert cap.kernels, text
 
 
 def unchosen_fallbacks(cap, *also: str) -> list:
-    """The ATen calls that were not chosen on purpose: C++ leaves cummax and
-    cummin along the last dim to ATen (measured faster); `also`: more such ops."""
+    """The ATen calls that were not chosen on purpose (measured faster): C++
+    leaves cummax and cummin along the last dim to ATen, Triton sorts (kthvalue,
+    median) of long rows; `also`: more such ops."""
     return [f for f in cap.fallbacks if f.op not in also
-            and not (f.op in ("aten.cummax.default", "aten.cummin.default") and "last dim" in f.reason)]
+            and not (f.op in ("aten.cummax.default", "aten.cummin.default") and "last dim" in f.reason)
+            and "long in Triton" not in f.reason]
 
 
-@pytest.mark.parametrize("seed", GRADIENT_SEEDS)
-def test_random_program_gradients(target, fresh_dynamo, seed):
+@pytest.mark.parametrize("program", GRADIENT_PROGRAMS, ids=program_id)
+def test_random_program_gradients(target, fresh_dynamo, program):
     """The gradients of a random float32 program (compiled forward and backward,
     through AOTAutograd) against eager's."""
     if target == "triton":
         pytest.importorskip("triton")
-    fn, inputs, text = make_program(seed, grads=True)
+    seed, version = program
+    fn, inputs, text = make_program(seed, grads=True, version=version)
     device = "cuda" if target == "cuda" else "cpu"
     grads, caps = {}, {}
 
@@ -233,10 +318,10 @@ def test_random_program_gradients(target, fresh_dynamo, seed):
             # some gradients (a logcumsumexp's, through sqrt) round beyond that in
             # eager too: then ours must be about as close as eager's to float64's
             # (root mean square error at most twice eager's, as Inductor's check)
-            exact = exact or grads_of(make_program(seed, grads=True, compute=torch.float64)[0], torch.float64)
+            exact = exact or grads_of(make_program(seed, True, torch.float64, version)[0], torch.float64)
             ours_off, eager_off = ((g.double() - exact[k]).square().mean().sqrt().item() for g in (mine, theirs))
             if ours_off > 2 * eager_off + 1e-6:
-                raise AssertionError(f"program {seed}: {text}\ngrad of v{k}: {e}\nroot mean square off "
+                raise AssertionError(f"program {program_id(program)}: {text}\ngrad of v{k}: {e}\nroot mean square off "
                                      f"float64's: {ours_off:.3g}, eager's {eager_off:.3g}") from None
     cap = caps["ours"]
     # a gather's gradient scatters more indices than we lower (SCATTER_MAX_INDICES): ATen's index_put
