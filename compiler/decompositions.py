@@ -55,6 +55,7 @@ _EXTRA = [
     aten.diagonal,
     aten._adaptive_avg_pool2d,
     aten.bucketize,
+    aten.native_dropout,  # rand_like > p, scaled: fused (lowerings.randomness)
 ]
 
 # Ops we lower ourselves (or call as externs) even though core decompositions exist.

@@ -130,6 +130,8 @@ class GraphLowering:
         self.crosses_devices = False  # some op runs on, or copies from, another device
         self.elsewhere: set[torch.fx.Node] = set()  # nodes ATen computed on another device
         self.lazy_depth: dict[torch.fx.Node, int] = {}  # nodes inlined into this one's value, along its longest path
+        self.random_seed: View | None = None  # drawn once a call (lowerings.randomness)
+        self.random_numbers = 0  # random values numbered so far
 
     # -- naming --------------------------------------------------------------
     def new_name(self, prefix="buf") -> str:

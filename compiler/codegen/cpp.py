@@ -249,6 +249,22 @@ template <typename T> static inline T fusion_shr(T a, T b) {
   const int m = sizeof(T) * 8 - (T(-1) < T(0));
   return (b < 0 || b >= m) ? T(a >> m) : T(a >> b);
 }
+// Philox4x32-10 of counter (offset, 0, 0, 0) under key seed: 32 random bits, the
+// same as Triton's tl.randint (lowerings.randomness)
+static inline int64_t fusion_philox(int64_t seed, int64_t offset) {
+  uint32_t c0 = (uint32_t)offset, c1 = (uint32_t)((uint64_t)offset >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)((uint64_t)seed >> 32);
+  for (int round = 0; round < 10; round++) {
+    uint64_t a = (uint64_t)0xD2511F53u * c0, b = (uint64_t)0xCD9E8D57u * c2;
+    c0 = (uint32_t)(b >> 32) ^ c1 ^ k0;
+    c2 = (uint32_t)(a >> 32) ^ c3 ^ k1;
+    c1 = (uint32_t)b;
+    c3 = (uint32_t)a;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return (int64_t)c0;
+}
 template <typename T> static inline T fusion_ipow(T a, T b) {
   if (b < 0) return (a == 1) ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
   T r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r;
@@ -379,6 +395,8 @@ def _binary(name, a, b, t):
     fp = t.is_floating_point
     if name in ("lshift", "rshift"):
         return f"fusion_sh{name[0]}<{CTYPE[t]}>({a}, {b})"
+    if name == "philox":
+        return f"fusion_philox({a}, {b})"
     if name in INFIX_OPS:
         return f"({a} {INFIX_OPS[name]} {b})"
     if name == "truediv":

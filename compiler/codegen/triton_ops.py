@@ -93,7 +93,8 @@ LIBDEVICE_BINARY = {"atan2", "hypot", "copysign", "nextafter"}
 
 def takes_tensors_only(code: str) -> bool:
     """Whether code calls libdevice, tl.sqrt_rn or a helper of FP32_HELPERS, which take no Python scalars."""
-    return "libdevice." in code or "tl.sqrt_rn(" in code or any(f"{h}(" in code for h in FP32_HELPERS.values())
+    return ("libdevice." in code or "tl.sqrt_rn(" in code or "_philox(" in code
+            or any(f"{h}(" in code for h in FP32_HELPERS.values()))
 
 
 def unary(op: str, a: str, t: torch.dtype) -> str:
@@ -158,6 +159,8 @@ def binary(op: str, a: str, b: str, t: torch.dtype) -> str:
         return f"libdevice.fmod({a}, {b})" if fp else f"_int_fmod({a}, {b})"
     if op == "pow":
         return f"libdevice.pow({a}, {b})" if fp else f"_int_pow({a}, {b})"
+    if op == "philox":
+        return f"_philox({a}, {b})"
     if op in LIBDEVICE_BINARY:
         return f"libdevice.{op}({a}, {b})"
     raise NotImplementedError(f"Triton codegen has no binary op {op!r}")
@@ -165,6 +168,28 @@ def binary(op: str, a: str, b: str, t: torch.dtype) -> str:
 
 # @triton.jit helpers the kernels may call, and the helpers each one calls
 HELPERS = {
+    "_philox": """@triton.jit
+def _philox(seed, offset):
+    # Philox4x32-10 of counter (offset, 0, 0, 0) under key seed (int64s): 32 random
+    # bits, as Triton's tl.randint (a @triton.jit function, which the interpreter
+    # cannot call from ours) and C++'s fusion_philox
+    c0 = offset.to(tl.uint32)
+    c1 = (offset >> 32).to(tl.uint32)
+    c2 = c0 * 0
+    c3 = c2
+    k0 = seed.to(tl.uint32)
+    k1 = (seed >> 32).to(tl.uint32)
+    for _ in tl.static_range(10):
+        a = c0
+        b = c2
+        c0 = tl.umulhi(b, 0xCD9E8D57) ^ c1 ^ k0
+        c2 = tl.umulhi(a, 0xD2511F53) ^ c3 ^ k1
+        c1 = b * 0xCD9E8D57
+        c3 = a * 0xD2511F53
+        k0 = k0 + 0x9E3779B9
+        k1 = k1 + 0xBB67AE85
+    return c0.to(tl.int64)
+""",
     "_floordiv": """@triton.jit
 def _floordiv(a, b):
     q = _truncdiv(a, b)

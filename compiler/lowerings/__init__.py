@@ -8,7 +8,7 @@ import torch
 
 from .. import ir
 from .registry import LOWERINGS, Unsupported, register  # noqa: F401
-from . import pointwise, reduction, views, indexing, extern, prims, sorting  # noqa: F401  (fill the registry)
+from . import pointwise, reduction, views, indexing, extern, prims, sorting, randomness  # noqa: F401  (fill the registry)
 from .extern import call_aten, device_copy, fallback, foreign_inputs, node_device
 
 aten = torch.ops.aten

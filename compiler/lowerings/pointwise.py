@@ -251,6 +251,13 @@ def zeros(g, node, *args, **kwargs):
     return full(g, node, None, 0)
 
 
+@register(aten.empty_permuted, aten.empty.memory_format)
+def empty(g, node, *args, **kwargs):
+    """Memory whose contents are left unspecified: zeros, which cost nothing
+    until read (what fills it, dropout's bernoulli_, reads only its shape)."""
+    return full(g, node, None, 0)
+
+
 @register(aten.ones, aten.ones_like)
 def ones(g, node, *args, **kwargs):
     return full(g, node, None, 1)

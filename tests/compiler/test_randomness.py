@@ -1,0 +1,132 @@
+"""Random numbers (lowerings.randomness): dropout, rand, randn and bernoulli fuse
+into our kernels on every target. Their numbers are not eager's (another
+generator), so the tests check what must hold of them: the share dropped, the
+values kept, the distributions, a seed repeating a run, calls differing, the
+backward using the forward's mask, and the C++ and Triton targets agreeing."""
+from __future__ import annotations
+
+import contextlib
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import compiler
+from compiler.config import config
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+# a count within this many standard deviations of its mean: 1 in 10^5 fails by chance
+SIGMAS = 4.5
+
+
+@pytest.fixture
+def device(target):
+    """The device a target's kernels run on, with the target chosen."""
+    if target == "triton":
+        pytest.importorskip("triton")
+    with config.patch(cpu_target="triton") if target == "triton" else contextlib.nullcontext():
+        yield torch.device("cuda" if target == "cuda" else "cpu")
+
+
+def compiled(fn):
+    return torch.compile(fn, backend="fusion", dynamic=False)
+
+
+def near(count: float, n: int, p: float) -> bool:
+    """Whether `count` successes of `n` tries at chance p is a likely draw."""
+    return abs(count - n * p) <= SIGMAS * math.sqrt(n * p * (1 - p))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_dropout_is_one_kernel_dropping_p_of_the_values(device, dtype):
+    """tanh, dropout and a scale in one kernel, on rows off every block size; the
+    seed the one ATen call. Kept values are eager's for that mask (to tanh's ulp)."""
+    torch.manual_seed(0)
+    x = torch.randn(333, 1001, device=device).to(dtype)
+    p = 0.3
+    with compiler.capture() as cap:
+        y = compiled(lambda x: F.dropout(torch.tanh(x), p, training=True) * 3)(x)
+    assert [k.kind for k in cap.kernels] == ["pointwise"], cap.kernels
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    assert [e.op for e in cap.externs] == ["aten.randint.low"]
+    kept = y != 0
+    assert near(kept.sum().item(), x.numel(), 1 - p), kept.float().mean()
+    eager = (kept * torch.tanh(x) * (1 / (1 - p))) * 3  # native_dropout's decomposition, on the same mask
+    torch.testing.assert_close(y, eager)
+
+
+def test_a_seed_repeats_a_call_and_calls_differ(device):
+    f = compiled(lambda x: F.dropout(x, 0.5, training=True) + torch.rand_like(x))
+    x = torch.randn(4097, device=device)
+    torch.manual_seed(7)
+    first = f(x)
+    torch.manual_seed(7)
+    assert torch.equal(f(x), first)
+    assert not torch.equal(f(x), first)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_uniform_normal_and_bernoulli_numbers(device, dtype):
+    """rand: in [0, 1), multiples of 2^-bits of the dtype (none rounds up to 1),
+    even over 16 bins (chi-square); randn: mean 0, deviation 1; bernoulli: p."""
+    n, bits = 1 << 18, {torch.float32: 24, torch.float16: 11, torch.bfloat16: 8}[dtype]
+    x = torch.zeros(n, device=device, dtype=dtype)
+    with compiler.capture() as cap:
+        u, z, b = compiled(lambda x: (torch.rand_like(x), torch.randn_like(x), torch.bernoulli(x + 0.25)))(x)
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    assert u.dtype == z.dtype == b.dtype == dtype
+    u = u.double()
+    assert 0 <= u.min() and u.max() < 1
+    assert torch.equal(u * 2**bits, (u * 2**bits).floor())
+    counts = torch.bincount((u * 16).long(), minlength=16).double()
+    assert ((counts - n / 16) ** 2 / (n / 16)).sum() < 44.3  # chi-square, 15 degrees: P(over) 1e-4
+    z = z.double()
+    assert abs(z.mean()) < SIGMAS / math.sqrt(n) and abs(z.std() - 1) < 0.01, (z.mean(), z.std())
+    assert near(b.double().sum().item(), n, 0.25) and set(b.unique().tolist()) <= {0.0, 1.0}
+
+
+# masks drawn in the forward: y = x * (what the mask lets through), the mask read off y
+MASKED = {
+    "dropout": lambda x: F.dropout(torch.tanh(x), 0.3, training=True),
+    "dropout in place": lambda x: torch.tanh(F.dropout(x * 2, 0.3, training=True, inplace=True)),
+    "bernoulli": lambda x: torch.tanh(x) * torch.bernoulli(torch.full_like(x, 0.6)),
+    "rand": lambda x: torch.tanh(x) * (torch.rand(x.shape, device=x.device) > 0.4),
+}
+
+
+@pytest.mark.parametrize("form", MASKED)
+def test_the_backward_uses_the_forward_mask(device, form):
+    """AOTAutograd saves the mask (random ops are not recomputed): the gradient
+    flows exactly where the forward kept values."""
+    x = torch.randn(37, 513, device=device, requires_grad=True)
+    w = torch.randn(37, 513, device=device)
+    with compiler.capture() as cap:
+        y = compiled(MASKED[form])(x)
+        (y * w).sum().backward()
+    assert {g.kind for g in cap.graphs} == {"forward", "backward"}
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    kept, xd = y.detach() != 0, x.detach()
+    expected = {"dropout": w * kept * (1 / 0.7) * (1 - torch.tanh(xd) ** 2),
+                "dropout in place": w * (1 - y.detach() ** 2) * kept * (1 / 0.7) * 2,
+                "bernoulli": w * kept * (1 - torch.tanh(xd) ** 2),
+                "rand": w * kept * (1 - torch.tanh(xd) ** 2)}[form]
+    torch.testing.assert_close(x.grad, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_cpp_and_triton_draw_the_same_numbers():
+    """One generator on both CPU targets (Philox4x32-10, as Triton's tl.randint):
+    a kernel's numbers do not depend on the codegen that rendered it (normal
+    values to the ulps of each one's log and cos)."""
+    pytest.importorskip("triton")
+    out = {}
+    for target in ("cpp", "triton"):
+        torch._dynamo.reset()
+        with config.patch(cpu_target=target):
+            torch.manual_seed(3)
+            out[target] = compiled(lambda x: (torch.rand_like(x), torch.randn_like(x)))(torch.zeros(3001))
+    (u, z), (v, w) = out["cpp"], out["triton"]
+    assert torch.equal(u, v)
+    torch.testing.assert_close(z, w, rtol=1e-5, atol=1e-6)
