@@ -26,11 +26,11 @@ def _run(args: list, timeout: int = 900) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-def _gpu_bench_workloads(workload_set: str) -> list[str]:
+def _gpu_bench_workloads(workload_set: str) -> list:
     spec = importlib.util.spec_from_file_location("bench_gpu_script", ROOT / "bench" / "gpu.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # imported, not run: it parses no arguments
-    return [w.name for w in module.WORKLOAD_SETS[workload_set](torch.device("cpu"), True)]
+    return module.WORKLOAD_SETS[workload_set](torch.device("cpu"), True)
 
 
 @pytest.mark.slow
@@ -40,10 +40,12 @@ def test_gpu_benchmark_runs_every_workload(tmp_path, workload_set):
     proc = _run(["bench.gpu", "--smoke", "--set", workload_set, "--compile-rounds", "1", "--out", str(out)])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     rows = json.loads(out.with_suffix(".json").read_text())["rows"]
-    assert [r["name"] for r in rows] == _gpu_bench_workloads(workload_set)
-    for r in rows:
+    workloads = _gpu_bench_workloads(workload_set)
+    assert [r["name"] for r in rows] == [w.name for w in workloads]
+    for r, w in zip(rows, workloads):
         assert r["ms_ours"] > 0 and r["ms_eager"] > 0, r["name"]
-        assert math.isfinite(r["max_abs_err_ours"]) and r["max_abs_err_ours"] <= MAX_ABS_ERR, (r["name"], r["max_abs_err_ours"])
+        if not w.random:  # random numbers: no two backends draw alike
+            assert math.isfinite(r["max_abs_err_ours"]) and r["max_abs_err_ours"] <= MAX_ABS_ERR, (r["name"], r["max_abs_err_ours"])
     table = out.read_text()
     assert all(f"| {r['name']} |" in table for r in rows)
 
