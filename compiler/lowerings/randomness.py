@@ -1,5 +1,5 @@
-"""Random numbers: rand, randn, bernoulli (and through their decompositions
-dropout) are pointwise values of a counter-based generator, Philox4x32-10
+"""Random numbers: rand, randn, randint, bernoulli, uniform_, normal_ and
+exponential_ (and through their decompositions dropout) are pointwise values of a counter-based generator, Philox4x32-10
 as Triton's tl.randint, at (a seed drawn once a call, the element's place among
 the graph's random numbers). A value is then the same wherever it is computed,
 so it fuses into any kernel, and into several, as any pointwise value does. The
@@ -30,7 +30,7 @@ F32 = torch.float32
 
 @register(aten.rand.default)
 def rand(g, node, size, **kwargs):
-    return _random(g, node, lambda u: u(BITS[out_val(node).dtype]))
+    return _random(g, node, lambda draw: draw.uniform(BITS[out_val(node).dtype]))
 
 
 @register(aten.rand_like.default)
@@ -38,15 +38,16 @@ def rand_like(g, node, x, **kwargs):
     return rand(g, node, None)
 
 
+@register(aten.uniform.default)
+def uniform(g, node, x, low=0.0, high=1.0, *, generator=None):
+    """x's shape, uniform in [low, high) (x's values unread)."""
+    _own_generator(generator)
+    return _random(g, node, lambda draw: _f32("add", _f32("mul", draw.uniform(24), high - low), low))
+
+
 @register(aten.randn.default)
 def randn(g, node, size, **kwargs):
-    """Normal values by Box-Muller, of two uniform numbers each."""
-    def normal(u):
-        radius = ir.op("sqrt", ir.op("mul", ir.op("log", ir.op("sub", ir.const(1.0, F32), u(24), dtype=F32), dtype=F32),
-                                     ir.const(-2.0, F32), dtype=F32), dtype=F32)  # 1 - u in (0, 1]
-        angle = ir.op("mul", u(24), ir.const(2 * math.pi, F32), dtype=F32)
-        return ir.op("mul", radius, ir.op("cos", angle, dtype=F32), dtype=F32)
-    return _random(g, node, normal, per_value=2)
+    return _random(g, node, _normal, per_value=2)
 
 
 @register(aten.randn_like.default)
@@ -54,20 +55,89 @@ def randn_like(g, node, x, **kwargs):
     return randn(g, node, None)
 
 
+@register(aten.normal_functional.default)
+def normal(g, node, x, mean=0.0, std=1.0, *, generator=None):
+    _own_generator(generator)
+    return _random(g, node, lambda draw: _f32("add", _f32("mul", _normal(draw), std), mean), per_value=2)
+
+
+@register(aten.exponential.default)
+def exponential(g, node, x, lambd=1.0, *, generator=None):
+    """-log(1 - u) / lambd, u in (0, 1) (never 0, never inf): what sampling by the
+    Gumbel-max trick divides by (argmax(probs / exponential), gpt-fast's sample
+    without a sync), where a 0 would pick an entry of probability 0."""
+    _own_generator(generator)
+    return _random(g, node, lambda draw: _f32("mul", _log1m(_f32("add", draw.uniform(23), 2.0**-24)), -1.0 / lambd))
+
+
 @register(aten.bernoulli.p)
 def bernoulli_p(g, node, x, p=0.5, *, generator=None):
     """1 with probability p, else 0, in x's shape and dtype (x's values unread)."""
+    _own_generator(generator)
+    return _random(g, node, lambda draw: ir.op("lt", draw.uniform(24), ir.const(float(p), F32), dtype=torch.bool))
+
+
+@register(aten.randint.low, aten.randint.default, aten.randint_like.low_dtype, aten.randint_like.default)
+def randint(g, node, *args, **kwargs):
+    """Integers in [low, high): a 32-bit word scaled to the range ((word * n) >> 32,
+    uneven by at most n / 2^32)."""
+    low, high = {aten.randint.low: args[:2], aten.randint.default: (0, args[0]),
+                 aten.randint_like.low_dtype: args[1:3], aten.randint_like.default: (0, args[1])}[node.target]
+    if not isinstance(low, int) or not isinstance(high, int) or not 0 < high - low <= 2**31:
+        raise Unsupported(f"randint over [{low}, {high}): a range of 1 to 2^31 integers")
+    i64 = torch.int64
+
+    def value(draw):
+        scaled = ir.op("rshift", ir.op("mul", draw.word(), ir.const(high - low, i64), dtype=i64), ir.const(32, i64), dtype=i64)
+        return ir.op("add", scaled, ir.const(low, i64), dtype=i64)
+    return _random(g, node, value, dtypes=ir.KERNEL_DTYPES)
+
+
+def _f32(name: str, a: ir.Expr, b: float) -> ir.Expr:
+    return ir.op(name, a, ir.const(float(b), F32), dtype=F32)
+
+
+def _log1m(u: ir.Expr) -> ir.Expr:
+    """log(1 - u), finite for u in [0, 1)."""
+    return ir.op("log", ir.op("sub", ir.const(1.0, F32), u, dtype=F32), dtype=F32)
+
+
+def _normal(draw) -> ir.Expr:
+    """A standard normal value by Box-Muller, of two uniform numbers."""
+    radius = ir.op("sqrt", _f32("mul", _log1m(draw.uniform(24)), -2.0), dtype=F32)
+    angle = _f32("mul", draw.uniform(24), 2 * math.pi)
+    return ir.op("mul", radius, ir.op("cos", angle, dtype=F32), dtype=F32)
+
+
+def _own_generator(generator) -> None:
     if generator is not None:
-        raise Unsupported("bernoulli with a generator of its own")
-    return _random(g, node, lambda u: ir.op("lt", u(24), ir.const(float(p), F32), dtype=torch.bool))
+        raise Unsupported("random numbers of a generator of their own")
 
 
-def _random(g, node, value, per_value: int = 1) -> Lazy:
-    """node's result: value(u) at each element, where each call u(bits) is a
-    further uniform number in [0, 1), a multiple of 2^-bits (float32)."""
+class _Draws:
+    """The random numbers of one element, in turn: its `per_value` places."""
+
+    def __init__(self, seed: View, place: sympy.Expr):
+        self.seed, self.place, self.taken = seed, place, 0
+
+    def word(self) -> ir.Expr:
+        """32 random bits, in [0, 2^32) (int64)."""
+        offset = ir.index_value(self.place + self.taken)
+        self.taken += 1
+        return ir.op("philox", self.seed.load([sympy.Integer(0)]), offset, dtype=torch.int64)
+
+    def uniform(self, bits: int) -> ir.Expr:
+        """A float32 multiple of 2^-bits in [0, 1)."""
+        top = ir.op("rshift", self.word(), ir.const(32 - bits, torch.int64), dtype=torch.int64)
+        return ir.op("mul", ir.cast(top, F32), ir.const(2.0 ** -bits, F32), dtype=F32)
+
+
+def _random(g, node, value, per_value: int = 1, dtypes=tuple(BITS)) -> Lazy:
+    """node's result: value(draws) at each element, drawing at most `per_value`
+    random numbers of its own."""
     val, device = out_val(node), node_device(g, node)
-    if val.dtype not in BITS:
-        raise Unsupported(f"random {val.dtype} numbers (float32, float16 and bfloat16 only)")
+    if val.dtype not in dtypes:
+        raise Unsupported(f"random {val.dtype} numbers")
     if device != g.device:
         raise Unsupported(f"random numbers on {device}, where the graph's kernels run on {g.device}")
     size, n = tuple(val.shape), math.prod(val.shape) * per_value
@@ -78,16 +148,10 @@ def _random(g, node, value, per_value: int = 1) -> Lazy:
     seed, stride = call_seed(g, node), contiguous_strides(size)
 
     def body(idx):
-        place = linear_index(idx, stride) * per_value + first
-        taken = iter(range(per_value))
-
-        def uniform(bits: int) -> ir.Expr:
-            offset = ir.index_value(place + next(taken))
-            word = ir.op("philox", seed.load([sympy.Integer(0)]), offset, dtype=torch.int64)  # in [0, 2^32)
-            top = ir.op("rshift", word, ir.const(32 - bits, torch.int64), dtype=torch.int64)
-            return ir.op("mul", ir.cast(top, F32), ir.const(2.0 ** -bits, F32), dtype=F32)
-
-        return ir.cast(value(uniform), val.dtype)
+        draws = _Draws(seed, linear_index(idx, stride) * per_value + first)
+        out = value(draws)
+        assert draws.taken <= per_value, (node, draws.taken)
+        return ir.cast(out, val.dtype)
 
     return Lazy(size, val.dtype, body, origins_of(g, node))
 

@@ -58,6 +58,39 @@ def test_dropout_is_one_kernel_dropping_p_of_the_values(device, dtype):
     torch.testing.assert_close(y, eager)
 
 
+def test_integers_and_in_place_draws(device):
+    """randint (and _like) over its range, uniform_ over [low, high), normal_ at its
+    mean and deviation, exponential_ at 1 / lambda and never 0: all ours."""
+    n = 1 << 18
+    x = torch.zeros(n, device=device)
+
+    def draws(x):
+        return (torch.randint(-3, 4, (n,), device=x.device), torch.randint_like(x, 5), (x * 1).uniform_(-2, 3),
+                (x * 1).normal_(1, 2), (x * 1).exponential_(4.0))
+
+    with compiler.capture() as cap:
+        ints, like, u, z, e = compiled(draws)(x)
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    assert ints.dtype == torch.int64 and like.dtype == torch.float32
+    assert torch.equal(torch.bincount(ints + 3, minlength=7) > 0, torch.ones(7, dtype=torch.bool, device=device))
+    assert ints.min() == -3 and ints.max() == 3 and near((ints == 3).sum().item(), n, 1 / 7)
+    assert set(like.unique().tolist()) == {0.0, 1.0, 2.0, 3.0, 4.0}
+    assert -2 <= u.min() and u.max() < 3 and abs(u.double().mean() - 0.5) < SIGMAS * 5 / math.sqrt(12 * n)
+    assert abs(z.double().mean() - 1) < SIGMAS * 2 / math.sqrt(n) and abs(z.double().std() - 2) < 0.02
+    assert e.min() > 0 and torch.isfinite(e).all() and abs(e.double().mean() - 0.25) < SIGMAS * 0.25 / math.sqrt(n)
+
+
+def test_sampling_by_the_gumbel_max_trick(device):
+    """argmax(probs / exponential_): gpt-fast's sample without a sync is one
+    reduction kernel; picks follow the probabilities, never one of probability 0."""
+    probs = torch.tensor([0.1, 0.0, 0.2, 0.7], device=device).repeat(50000, 1)
+    with compiler.capture() as cap:
+        picks = compiled(lambda p: torch.argmax(p / torch.empty_like(p).exponential_(1), dim=-1))(probs)
+    assert [k.kind for k in cap.kernels] == ["reduction"] and not cap.fallbacks, (cap.kernels, cap.fallbacks)
+    counts = torch.bincount(picks, minlength=4).tolist()
+    assert counts[1] == 0 and all(near(c, 50000, p) for c, p in zip(counts, [0.1, 0.0, 0.2, 0.7]) if p), counts
+
+
 def test_a_seed_repeats_a_call_and_calls_differ(device):
     f = compiled(lambda x: F.dropout(x, 0.5, training=True) + torch.rand_like(x))
     x = torch.randn(4097, device=device)
