@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 import compiler
 from compiler.config import config
+from triton_sm90 import compile_interpreted_for_h100
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
@@ -31,6 +32,19 @@ def device(target):
         yield torch.device("cuda" if target == "cuda" else "cpu")
 
 
+@pytest.fixture
+def capture(target):
+    """compiler.capture(), whose Triton kernels rendered for the interpreter are also
+    compiled for an H100 (sm_90) where Triton can (tests/triton_sm90.py)."""
+    @contextlib.contextmanager
+    def capturing():
+        with compiler.capture() as cap:
+            yield cap
+        if target == "triton":
+            compile_interpreted_for_h100(cap.kernels)
+    return capturing
+
+
 def compiled(fn):
     return torch.compile(fn, backend="fusion", dynamic=False)
 
@@ -41,13 +55,13 @@ def near(count: float, n: int, p: float) -> bool:
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_dropout_is_one_kernel_dropping_p_of_the_values(device, dtype):
+def test_dropout_is_one_kernel_dropping_p_of_the_values(device, capture, dtype):
     """tanh, dropout and a scale in one kernel, on rows off every block size; the
     seed the one ATen call. Kept values are eager's for that mask (to tanh's ulp)."""
     torch.manual_seed(0)
     x = torch.randn(333, 1001, device=device).to(dtype)
     p = 0.3
-    with compiler.capture() as cap:
+    with capture() as cap:
         y = compiled(lambda x: F.dropout(torch.tanh(x), p, training=True) * 3)(x)
     assert [k.kind for k in cap.kernels] == ["pointwise"], cap.kernels
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
@@ -58,7 +72,7 @@ def test_dropout_is_one_kernel_dropping_p_of_the_values(device, dtype):
     torch.testing.assert_close(y, eager)
 
 
-def test_integers_and_in_place_draws(device):
+def test_integers_and_in_place_draws(device, capture):
     """randint (and _like) over its range, uniform_ over [low, high), normal_ at its
     mean and deviation, exponential_ at 1 / lambda and never 0: all ours."""
     n = 1 << 18
@@ -68,7 +82,7 @@ def test_integers_and_in_place_draws(device):
         return (torch.randint(-3, 4, (n,), device=x.device), torch.randint_like(x, 5), (x * 1).uniform_(-2, 3),
                 (x * 1).normal_(1, 2), (x * 1).exponential_(4.0))
 
-    with compiler.capture() as cap:
+    with capture() as cap:
         ints, like, u, z, e = compiled(draws)(x)
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
     assert ints.dtype == torch.int64 and like.dtype == torch.float32
@@ -80,11 +94,11 @@ def test_integers_and_in_place_draws(device):
     assert e.min() > 0 and torch.isfinite(e).all() and abs(e.double().mean() - 0.25) < SIGMAS * 0.25 / math.sqrt(n)
 
 
-def test_sampling_by_the_gumbel_max_trick(device):
+def test_sampling_by_the_gumbel_max_trick(device, capture):
     """argmax(probs / exponential_): gpt-fast's sample without a sync is one
     reduction kernel; picks follow the probabilities, never one of probability 0."""
     probs = torch.tensor([0.1, 0.0, 0.2, 0.7], device=device).repeat(50000, 1)
-    with compiler.capture() as cap:
+    with capture() as cap:
         picks = compiled(lambda p: torch.argmax(p / torch.empty_like(p).exponential_(1), dim=-1))(probs)
     assert [k.kind for k in cap.kernels] == ["reduction"] and not cap.fallbacks, (cap.kernels, cap.fallbacks)
     counts = torch.bincount(picks, minlength=4).tolist()
@@ -102,12 +116,12 @@ def test_a_seed_repeats_a_call_and_calls_differ(device):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_uniform_normal_and_bernoulli_numbers(device, dtype):
+def test_uniform_normal_and_bernoulli_numbers(device, capture, dtype):
     """rand: in [0, 1), multiples of 2^-bits of the dtype (none rounds up to 1),
     even over 16 bins (chi-square); randn: mean 0, deviation 1; bernoulli: p."""
     n, bits = 1 << 18, {torch.float32: 24, torch.float16: 11, torch.bfloat16: 8}[dtype]
     x = torch.zeros(n, device=device, dtype=dtype)
-    with compiler.capture() as cap:
+    with capture() as cap:
         u, z, b = compiled(lambda x: (torch.rand_like(x), torch.randn_like(x), torch.bernoulli(x + 0.25)))(x)
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
     assert u.dtype == z.dtype == b.dtype == dtype
@@ -131,12 +145,12 @@ MASKED = {
 
 
 @pytest.mark.parametrize("form", MASKED)
-def test_the_backward_uses_the_forward_mask(device, form):
+def test_the_backward_uses_the_forward_mask(device, capture, form):
     """AOTAutograd saves the mask (random ops are not recomputed): the gradient
     flows exactly where the forward kept values."""
     x = torch.randn(37, 513, device=device, requires_grad=True)
     w = torch.randn(37, 513, device=device)
-    with compiler.capture() as cap:
+    with capture() as cap:
         y = compiled(MASKED[form])(x)
         (y * w).sum().backward()
     assert {g.kind for g in cap.graphs} == {"forward", "backward"}
