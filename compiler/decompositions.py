@@ -7,6 +7,7 @@ import functools
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._decomp.decompositions import grid_sampler_2d as _decomposed_grid_sampler_2d
+from torch._decomp.decompositions import native_dropout as _decomposed_dropout
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from .config import config
@@ -55,7 +56,6 @@ _EXTRA = [
     aten.diagonal,
     aten._adaptive_avg_pool2d,
     aten.bucketize,
-    aten.native_dropout,  # rand_like > p, scaled: fused (lowerings.randomness)
 ]
 
 # Ops we lower ourselves (or call as externs) even though core decompositions exist.
@@ -84,6 +84,16 @@ def _softmax(x, dim: int, half_to_float: bool):
     unnormalized = torch.exp(x - torch.amax(x, dim, keepdim=True))
     result = unnormalized * torch.reciprocal(torch.sum(unnormalized, dim, keepdim=True))
     return result if half_to_float else result.to(result_dtype)
+
+
+def _native_dropout(x, p: float, train: bool | None):
+    """torch._decomp's dropout, with its draws in float32 whatever x's dtype (as
+    eager's kernels draw): a bfloat16 draw > 0.1 would keep a share off 0.9 by its
+    rounding. The mask is random numbers of ours (lowerings.randomness)."""
+    if not train or p == 0 or p == 1 or not x.dtype.is_floating_point:
+        return _decomposed_dropout(x, p, train)
+    keep = torch.rand_like(x, dtype=torch.float32) > p
+    return keep * x * float(1.0 / (1.0 - p)), keep
 
 
 def _pair(v) -> tuple[int, int]:
@@ -247,6 +257,7 @@ def decomposition_table() -> dict:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(_EXTRA))
     table[aten._softmax.default] = _softmax
+    table[aten.native_dropout.default] = _native_dropout
     # pooling, ours (torch._decomp has max_pool2d's only from torch 2.12 on)
     table[aten.max_pool2d_with_indices.default] = _max_pool2d_with_indices
     table[aten.max_pool2d_with_indices_backward.default] = _max_pool2d_with_indices_backward

@@ -20,8 +20,7 @@ from .registry import Unsupported, origins_of, out_val, register
 
 aten = torch.ops.aten
 
-# significant bits of a uniform value of each dtype: k * 2^-bits for k < 2^bits,
-# all exact in it and below 1, as ATen's uniform
+# significand bits of each dtype a uniform value is drawn in
 BITS = {torch.float32: 24, torch.float16: 11, torch.bfloat16: 8}
 # a graph's random numbers are numbered by int32 offsets
 MAX_NUMBERS = 2**31 - 1
@@ -30,7 +29,18 @@ F32 = torch.float32
 
 @register(aten.rand.default)
 def rand(g, node, size, **kwargs):
-    return _random(g, node, lambda draw: draw.uniform(BITS[out_val(node).dtype]))
+    """Uniform in [0, 1): a float32 multiple of 2^-24, its bits past the dtype's
+    significand cut (rounded down: all of a 16-bit dtype's values below 1 can
+    come, none rounds up to 1)."""
+    cut = 24 - BITS.get(out_val(node).dtype, 24)
+
+    def value(draw):
+        u = draw.uniform(24)
+        if not cut:
+            return u
+        bits = ir.bitcast(u, torch.int32)
+        return ir.bitcast(ir.op("bitwise_and", bits, ir.const(-(1 << cut), torch.int32), dtype=torch.int32), F32)
+    return _random(g, node, value)
 
 
 @register(aten.rand_like.default)
@@ -40,9 +50,16 @@ def rand_like(g, node, x, **kwargs):
 
 @register(aten.uniform.default)
 def uniform(g, node, x, low=0.0, high=1.0, *, generator=None):
-    """x's shape, uniform in [low, high) (x's values unread)."""
+    """x's shape, uniform in [low, high) (x's values unread): one that rounds to
+    high in x's dtype is low, as in ATen."""
     _own_generator(generator)
-    return _random(g, node, lambda draw: _f32("add", _f32("mul", draw.uniform(24), high - low), low))
+    dtype = out_val(node).dtype
+
+    def value(draw):
+        v = ir.cast(ir.cast(_f32("add", _f32("mul", draw.uniform(24), high - low), low), dtype), F32)
+        return ir.op("where", ir.op("ge", v, ir.const(float(high), F32), dtype=torch.bool), ir.const(float(low), F32), v,
+                     dtype=F32)
+    return _random(g, node, value)
 
 
 @register(aten.randn.default)
