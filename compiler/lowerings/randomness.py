@@ -1,10 +1,11 @@
 """Random numbers: rand, randn, randint, bernoulli, uniform_, normal_ and
-exponential_ (and through their decompositions dropout) are pointwise values of a counter-based generator, Philox4x32-10
-as Triton's tl.randint, at (a seed drawn once a call, the element's place among
-the graph's random numbers). A value is then the same wherever it is computed,
-so it fuses into any kernel, and into several, as any pointwise value does. The
-seed comes from torch's generator of the graph's device (torch.manual_seed
-repeats a run); the numbers are not eager's, whose generators differ."""
+exponential_ (and through them dropout) are pointwise values of a counter-based
+generator, Philox4x32-10 as Triton's tl.randint, at (a seed drawn once a call,
+the element's place among the graph's random numbers). A value is then the same
+wherever it is computed, so it fuses into any kernel, and into several, as any
+pointwise value does. The seed comes from torch's generator of the graph's
+device (torch.manual_seed repeats a run); the numbers are not eager's, whose
+generators differ."""
 from __future__ import annotations
 
 import math
