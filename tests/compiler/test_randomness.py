@@ -1,8 +1,9 @@
-"""Random numbers (lowerings.randomness): dropout, rand, randn and bernoulli fuse
-into our kernels on every target. Their numbers are not eager's (another
+"""Random numbers (lowerings.randomness): dropout, sampling and the random ops
+fuse into our kernels on every target. Their numbers are not eager's (another
 generator), so the tests check what must hold of them: the share dropped, the
 values kept, the distributions, a seed repeating a run, calls differing, the
-backward using the forward's mask, and the C++ and Triton targets agreeing."""
+backward using the forward's mask, and the C++ and Triton targets agreeing.
+Each test seeds torch's generators, so its draws, and its outcome, are fixed."""
 from __future__ import annotations
 
 import contextlib
@@ -16,11 +17,16 @@ import compiler
 from compiler.config import config
 from triton_sm90 import compile_interpreted_for_h100
 
-pytestmark = pytest.mark.usefixtures("fresh_dynamo")
+pytestmark = pytest.mark.usefixtures("fresh_dynamo", "seeded")
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 # a count within this many standard deviations of its mean: 1 in 10^5 fails by chance
 SIGMAS = 4.5
+
+
+@pytest.fixture
+def seeded():
+    torch.manual_seed(0)
 
 
 @pytest.fixture
