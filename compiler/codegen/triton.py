@@ -44,7 +44,7 @@ SHIFTED_MULTIPASS_MAX_RBLOCK = 4096
 DEPENDENT_LAUNCH_WAIT = "    tl.extra.cuda.gdc_wait()"
 # a scatter's combining ops (tl.store for the rest)
 ATOMICS = {"scatter_add": "tl.atomic_add", "scatter_max": "tl.atomic_max", "scatter_min": "tl.atomic_min"}
-CALLED_HELPERS = ("_floordiv", "_truncdiv", "_int_fmod", "_int_remainder", "_int_pow", "_philox", *FP32_HELPERS.values())
+CALLED_HELPERS = ("_floordiv", "_truncdiv", "_int_fmod", "_int_remainder", "_int_pow", "_philox", "_philox_block", *FP32_HELPERS.values())
 
 
 class Value:
@@ -310,6 +310,8 @@ class TritonKernel:
             return Value(f"({code}).to({TL_DTYPE[t]})" if t != native else code, axes)
         if s.op == "load":
             return self._load(s, cse)
+        if s.op == "philox" and (block := self._philox_block(s, cse)) is not None:
+            return block
         args = [cse[a] for a in s.args if isinstance(a, ir.Expr)]
         if s.op == "cast":
             return self._cast(args[0], s.args[0].dtype, t)
@@ -331,6 +333,22 @@ class TritonKernel:
             code = render([self.as_tensor(a, x.dtype) for a, x in zip(args, [x for x in s.args if isinstance(x, ir.Expr)])])
         self.helpers.update(h for h in CALLED_HELPERS if h + "(" in code)
         return Value(code, axes)
+
+    def _philox_block(self, s: ir.Expr, cse: dict) -> Value | None:
+        """A 1-D block's random numbers at offsets step * x0 + c, where step is 1 or 2
+        (a value drawing one or two of them, numbered as lowerings.randomness
+        numbers them): one Philox call for every 4 (_philox_block), not one each."""
+        offset = s.args[1]
+        if self.rank != 1 or offset.op != "index" or any(c["XBLOCK"] % 4 for c in self.plan.configs):
+            return None
+        idx = sympy.expand(self.simplify(offset.args[0]))
+        step, rest = idx.coeff(X), idx - idx.coeff(X) * X
+        if step not in (1, 2) or not rest.is_Integer or int(rest) % 4 >= step:
+            return None
+        take = int(rest) % 4
+        first = f"tl.program_id(0).to(tl.int64) * XBLOCK * {step} + {int(rest) - take}"  # past 2^31 when step is 2
+        self.helpers.add("_philox_block")
+        return Value(f"_philox_block({cse[s.args[0]].code}, {first}, XBLOCK, {step}, {take})", frozenset({"x"}))
 
     def _cast(self, a: Value, src: torch.dtype, dst: torch.dtype) -> Value:
         if not a.tensor:

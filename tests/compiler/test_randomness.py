@@ -182,16 +182,22 @@ def test_the_backward_uses_the_forward_mask(device, capture, form):
 
 
 def test_cpp_and_triton_draw_the_same_numbers():
-    """One generator on both CPU targets (Philox4x32-10, as Triton's tl.randint):
-    a kernel's numbers do not depend on the codegen that rendered it (normal
-    values to the ulps of each one's log and cos)."""
+    """One generator on both CPU targets (number n is word n % 4 of Philox4x32-10's
+    counter n // 4): a kernel's numbers do not depend on the codegen that rendered it
+    (normal values to the ulps of each one's log and cos). A 1-D Triton block draws
+    4 numbers a Philox call (_philox_block, one or two a value; the interpreter's
+    blocks hold 2^16 elements, so here 2 blocks, the second partial); a 2-D tile (here for a transpose) draws each number by itself (_philox)."""
     pytest.importorskip("triton")
-    out = {}
-    for target in ("cpp", "triton"):
-        torch._dynamo.reset()
-        with config.patch(cpu_target=target):
-            torch.manual_seed(3)
-            out[target] = compiled(lambda x: (torch.rand_like(x), torch.randn_like(x)))(torch.zeros(3001))
-    (u, z), (v, w) = out["cpp"], out["triton"]
-    assert torch.equal(u, v)
-    torch.testing.assert_close(z, w, rtol=1e-5, atol=1e-6)
+    draws = {"block": (lambda x: (torch.rand_like(x), torch.randn_like(x)), (torch.zeros(2**16 + 1001),)),
+             "tile": (lambda a, b: (torch.rand_like(a) + b.t(), torch.randn_like(a)), (torch.zeros(67, 130), torch.zeros(130, 67)))}
+    for form, (fn, args) in draws.items():
+        out = {}
+        for target in ("cpp", "triton"):
+            torch._dynamo.reset()
+            with config.patch(cpu_target=target), compiler.capture() as cap:
+                torch.manual_seed(3)
+                out[target] = compiled(fn)(*args)
+        assert ("_philox_block(" in cap.kernels[0].source) == (form == "block"), cap.kernels[0].source
+        (u, z), (v, w) = out["cpp"], out["triton"]
+        assert torch.equal(u, v), form
+        torch.testing.assert_close(z, w, rtol=1e-5, atol=1e-6)
