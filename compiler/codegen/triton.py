@@ -44,7 +44,7 @@ SHIFTED_MULTIPASS_MAX_RBLOCK = 4096
 DEPENDENT_LAUNCH_WAIT = "    tl.extra.cuda.gdc_wait()"
 # a scatter's combining ops (tl.store for the rest)
 ATOMICS = {"scatter_add": "tl.atomic_add", "scatter_max": "tl.atomic_max", "scatter_min": "tl.atomic_min"}
-CALLED_HELPERS = ("_floordiv", "_truncdiv", "_int_fmod", "_int_remainder", "_int_pow", "_philox", "_philox_block", *FP32_HELPERS.values())
+CALLED_HELPERS = ("_floordiv", "_truncdiv", "_int_fmod", "_int_remainder", "_int_pow", "_philox", "_philox_words", *FP32_HELPERS.values())
 
 
 class Value:
@@ -128,6 +128,7 @@ class TritonKernel:
         self.rounds_in_registers = False  # a value rounded to 16 bits, then computed on
         self.tmp = 0
         self.regs: dict[str, Value] = {}  # member name -> value held in registers
+        self.draws = any(e.op == "philox" for m in kernel.members for e in m.value.walk())  # random numbers
 
     def _row_alignment(self) -> int | None:
         """Bytes to which all of a 2-D kernel's accesses along the inner block dim are
@@ -335,20 +336,32 @@ class TritonKernel:
         return Value(code, axes)
 
     def _philox_block(self, s: ir.Expr, cse: dict) -> Value | None:
-        """A 1-D block's random numbers at offsets step * x0 + c, where step is 1 or 2
-        (a value drawing one or two of them, numbered as lowerings.randomness
-        numbers them): one Philox call for every 4 (_philox_block), not one each."""
+        """A block's random numbers where consecutive elements along the block's last
+        dim take consecutive numbers, one or two each (a 1-D block at offsets step * x0
+        + c, or the rows of a reduction's [XBLOCK, RBLOCK] block, each row starting a
+        Philox counter): one Philox call for every 4 numbers (_philox_words), not one
+        for each. A tile, a shifted row or numbers in another order take _philox."""
         offset = s.args[1]
-        if self.rank != 1 or offset.op != "index" or any(c["XBLOCK"] % 4 for c in self.plan.configs):
+        along, block = (R, "RBLOCK") if self.reduction else (X, "XBLOCK")
+        if offset.op != "index" or self.tiled or self.shift or any(c[block] % 4 for c in self.plan.configs):
             return None
         idx = sympy.expand(self.simplify(offset.args[0]))
-        step, rest = idx.coeff(X), idx - idx.coeff(X) * X
-        if step not in (1, 2) or not rest.is_Integer or int(rest) % 4 >= step:
+        step = idx.coeff(along)
+        rest = sympy.expand(idx - step * along)
+        row = rest.coeff(X) if self.reduction else 0
+        rest = sympy.expand(rest - row * X)
+        if step not in (1, 2) or not rest.is_Integer or row % 4 or int(rest) % 4 >= step:
             return None
         take = int(rest) % 4
-        first = f"tl.program_id(0).to(tl.int64) * XBLOCK * {step} + {int(rest) - take}"  # past 2^31 when step is 2
-        self.helpers.add("_philox_block")
-        return Value(f"_philox_block({cse[s.args[0]].code}, {first}, XBLOCK, {step}, {take})", frozenset({"x"}))
+        if self.reduction:  # the rows' first numbers in this block, [XBLOCK, 1]
+            first = f"x0.to(tl.int64) * {row} + rstart * {step} + {int(rest) - take}"
+            counters, shape = f"tl.arange(0, RBLOCK * {step} // 4)[None, :]", "[XBLOCK, RBLOCK]"
+        else:
+            first = f"tl.program_id(0).to(tl.int64) * XBLOCK * {step} + {int(rest) - take}"
+            counters, shape = f"tl.arange(0, XBLOCK * {step} // 4)", "[XBLOCK]"
+        self.helpers.add("_philox_words")
+        words = f"_philox_words({cse[s.args[0]].code}, ({first}) // 4 + {counters}, {step}, {take})"
+        return Value(f"tl.reshape({words}, {shape})", frozenset({"x", "r"} if self.reduction else {"x"}))
 
     def _cast(self, a: Value, src: torch.dtype, dst: torch.dtype) -> Value:
         if not a.tensor:
@@ -598,6 +611,8 @@ class TritonKernel:
         """rindex, rmask and r0 of a block along r; `whole`: a block inside the row,
         whose all-true mask Triton folds away."""
         body.append(f"{indent}rindex = {start + ' + rbase' if start else 'rbase'}")
+        if self.draws:  # where the block starts along r: see _philox_block
+            body.append(f"{indent}rstart = {start or 0}")
         body.append(f"{indent}r0 = {'rindex - rshift' if self.shift else 'rindex'}")
         if self.need_mask["r"]:
             edge = "(r0 >= 0) & (r0 < rnumel)" if self.shift else "rindex < rnumel"

@@ -197,17 +197,17 @@ def _philox(seed, offset):
     lane = offset & 3
     return tl.where(lane < 2, tl.where(lane == 0, r0, r1), tl.where(lane == 2, r2, r3))
 """,
-    "_philox_block": """@triton.jit
-def _philox_block(seed, first, N: tl.constexpr, STEP: tl.constexpr, TAKE: tl.constexpr):
-    # numbers first + STEP * i + TAKE, i < N (first % 4 == 0), of seed's sequence, as
-    # _philox gives them: one Philox call for every 4 of them, its words interleaved
-    r0, r1, r2, r3 = _philox4(seed, first // 4 + tl.arange(0, N * STEP // 4))
+    "_philox_words": """@triton.jit
+def _philox_words(seed, counters, STEP: tl.constexpr, TAKE: tl.constexpr):
+    # the numbers of Philox counters in order, along new last dims: their 4 words
+    # (STEP 1), or words TAKE and TAKE + 2, value TAKE of each pair of values drawing 2
+    r0, r1, r2, r3 = _philox4(seed, counters)
     if STEP == 1:
-        return tl.reshape(tl.join(tl.join(r0, r2), tl.join(r1, r3)), [N])
+        return tl.join(tl.join(r0, r2), tl.join(r1, r3))
     elif TAKE == 0:
-        return tl.reshape(tl.join(r0, r2), [N])
+        return tl.join(r0, r2)
     else:
-        return tl.reshape(tl.join(r1, r3), [N])
+        return tl.join(r1, r3)
 """,
     "_floordiv": """@triton.jit
 def _floordiv(a, b):
