@@ -297,6 +297,8 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
             lambda x: (x.softmax(-1) * x).sum(), rnd(R, C, dtype=torch.float32, grad=True)), memory_bound=False, train=True),
         Workload("dropout_residual [8192,4096] bf16", lambda: (  # a transformer's x + dropout(attn + bias)
             lambda x, y, b: x + F.dropout(y + b, 0.1, training=True), (rnd(R, C), rnd(R, C), rnd(C))), random=True),
+        Workload("dropout_residual_layer_norm [8192,4096] bf16", lambda: (lambda m: (  # GPT-2's ln(x + dropout(h))
+            lambda x, h: m(x + F.dropout(h, 0.1, training=True)), (rnd(R, C), rnd(R, C))))(ln()), random=True),
         Workload("permute_copy [8,2048,32,128] bf16", lambda: (
             lambda x: x.permute(0, 2, 1, 3).contiguous(), (rnd(8, s(2048), 32, 128),))),
         Workload("batch_norm train [32,256,56,56] fp32", lambda: (

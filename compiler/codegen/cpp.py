@@ -249,10 +249,11 @@ template <typename T> static inline T fusion_shr(T a, T b) {
   const int m = sizeof(T) * 8 - (T(-1) < T(0));
   return (b < 0 || b >= m) ? T(a >> m) : T(a >> b);
 }
-// Philox4x32-10 of counter (offset, 0, 0, 0) under key seed: 32 random bits, the
-// same as Triton's tl.randint (lowerings.randomness)
+// number `offset` of seed's sequence: word offset % 4 of Philox4x32-10 of counter
+// (offset / 4, 0, 0, 0) under key seed, as Triton's tl.randint4x (lowerings.randomness)
 static inline int64_t fusion_philox(int64_t seed, int64_t offset) {
-  uint32_t c0 = (uint32_t)offset, c1 = (uint32_t)((uint64_t)offset >> 32), c2 = 0, c3 = 0;
+  uint64_t counter = (uint64_t)offset >> 2;
+  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
   uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)((uint64_t)seed >> 32);
   for (int round = 0; round < 10; round++) {
     uint64_t a = (uint64_t)0xD2511F53u * c0, b = (uint64_t)0xCD9E8D57u * c2;
@@ -263,7 +264,8 @@ static inline int64_t fusion_philox(int64_t seed, int64_t offset) {
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  return (int64_t)c0;
+  const uint32_t words[4] = {c0, c1, c2, c3};
+  return (int64_t)words[offset & 3];
 }
 template <typename T> static inline T fusion_ipow(T a, T b) {
   if (b < 0) return (a == 1) ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);

@@ -44,7 +44,7 @@ SHIFTED_MULTIPASS_MAX_RBLOCK = 4096
 DEPENDENT_LAUNCH_WAIT = "    tl.extra.cuda.gdc_wait()"
 # a scatter's combining ops (tl.store for the rest)
 ATOMICS = {"scatter_add": "tl.atomic_add", "scatter_max": "tl.atomic_max", "scatter_min": "tl.atomic_min"}
-CALLED_HELPERS = ("_floordiv", "_truncdiv", "_int_fmod", "_int_remainder", "_int_pow", "_philox", *FP32_HELPERS.values())
+CALLED_HELPERS = ("_floordiv", "_truncdiv", "_int_fmod", "_int_remainder", "_int_pow", "_philox", "_philox_words", *FP32_HELPERS.values())
 
 
 class Value:
@@ -128,6 +128,7 @@ class TritonKernel:
         self.rounds_in_registers = False  # a value rounded to 16 bits, then computed on
         self.tmp = 0
         self.regs: dict[str, Value] = {}  # member name -> value held in registers
+        self.draws = any(e.op == "philox" for m in kernel.members for e in m.value.walk())  # random numbers
 
     def _row_alignment(self) -> int | None:
         """Bytes to which all of a 2-D kernel's accesses along the inner block dim are
@@ -310,6 +311,8 @@ class TritonKernel:
             return Value(f"({code}).to({TL_DTYPE[t]})" if t != native else code, axes)
         if s.op == "load":
             return self._load(s, cse)
+        if s.op == "philox" and (block := self._philox_block(s, cse)) is not None:
+            return block
         args = [cse[a] for a in s.args if isinstance(a, ir.Expr)]
         if s.op == "cast":
             return self._cast(args[0], s.args[0].dtype, t)
@@ -331,6 +334,34 @@ class TritonKernel:
             code = render([self.as_tensor(a, x.dtype) for a, x in zip(args, [x for x in s.args if isinstance(x, ir.Expr)])])
         self.helpers.update(h for h in CALLED_HELPERS if h + "(" in code)
         return Value(code, axes)
+
+    def _philox_block(self, s: ir.Expr, cse: dict) -> Value | None:
+        """A block's random numbers where consecutive elements along the block's last
+        dim take consecutive numbers, one or two each (a 1-D block at offsets step * x0
+        + c, or the rows of a reduction's [XBLOCK, RBLOCK] block, each row starting a
+        Philox counter): one Philox call for every 4 numbers (_philox_words), not one
+        for each. A tile, a shifted row or numbers in another order take _philox."""
+        offset = s.args[1]
+        along, block = (R, "RBLOCK") if self.reduction else (X, "XBLOCK")
+        if offset.op != "index" or self.tiled or self.shift or any(c[block] % 4 for c in self.plan.configs):
+            return None
+        idx = sympy.expand(self.simplify(offset.args[0]))
+        step = idx.coeff(along)
+        rest = sympy.expand(idx - step * along)
+        row = rest.coeff(X) if self.reduction else 0
+        rest = sympy.expand(rest - row * X)
+        if step not in (1, 2) or not rest.is_Integer or row % 4 or int(rest) % 4 >= step:
+            return None
+        take = int(rest) % 4
+        if self.reduction:  # the rows' first numbers in this block, [XBLOCK, 1]
+            first = f"x0.to(tl.int64) * {row} + rstart * {step} + {int(rest) - take}"
+            counters, shape = f"tl.arange(0, RBLOCK * {step} // 4)[None, :]", "[XBLOCK, RBLOCK]"
+        else:
+            first = f"tl.program_id(0).to(tl.int64) * XBLOCK * {step} + {int(rest) - take}"
+            counters, shape = f"tl.arange(0, XBLOCK * {step} // 4)", "[XBLOCK]"
+        self.helpers.add("_philox_words")
+        words = f"_philox_words({cse[s.args[0]].code}, ({first}) // 4 + {counters}, {step}, {take})"
+        return Value(f"tl.reshape({words}, {shape})", frozenset({"x", "r"} if self.reduction else {"x"}))
 
     def _cast(self, a: Value, src: torch.dtype, dst: torch.dtype) -> Value:
         if not a.tensor:
@@ -580,6 +611,8 @@ class TritonKernel:
         """rindex, rmask and r0 of a block along r; `whole`: a block inside the row,
         whose all-true mask Triton folds away."""
         body.append(f"{indent}rindex = {start + ' + rbase' if start else 'rbase'}")
+        if self.draws:  # where the block starts along r: see _philox_block
+            body.append(f"{indent}rstart = {start or 0}")
         body.append(f"{indent}r0 = {'rindex - rshift' if self.shift else 'rindex'}")
         if self.need_mask["r"]:
             edge = "(r0 >= 0) & (r0 < rnumel)" if self.shift else "rindex < rnumel"

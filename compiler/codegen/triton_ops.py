@@ -168,13 +168,13 @@ def binary(op: str, a: str, b: str, t: torch.dtype) -> str:
 
 # @triton.jit helpers the kernels may call, and the helpers each one calls
 HELPERS = {
-    "_philox": """@triton.jit
-def _philox(seed, offset):
-    # Philox4x32-10 of counter (offset, 0, 0, 0) under key seed (int64s): 32 random
-    # bits, as Triton's tl.randint (a @triton.jit function, which the interpreter
-    # cannot call from ours) and C++'s fusion_philox
-    c0 = offset.to(tl.uint32)
-    c1 = (offset >> 32).to(tl.uint32)
+    "_philox4": """@triton.jit
+def _philox4(seed, counter):
+    # Philox4x32-10 of counter (counter, 0, 0, 0) under key seed (int64s): four words
+    # of 32 random bits, as Triton's tl.randint4x (a @triton.jit function, which the
+    # interpreter cannot call from ours) and C++'s fusion_philox
+    c0 = counter.to(tl.uint32)
+    c1 = (counter >> 32).to(tl.uint32)
     c2 = c0 * 0
     c3 = c2
     k0 = seed.to(tl.uint32)
@@ -188,7 +188,26 @@ def _philox(seed, offset):
         c3 = a * 0xD2511F53
         k0 = k0 + 0x9E3779B9
         k1 = k1 + 0xBB67AE85
-    return c0.to(tl.int64)
+    return c0.to(tl.int64), c1.to(tl.int64), c2.to(tl.int64), c3.to(tl.int64)
+""",
+    "_philox": """@triton.jit
+def _philox(seed, offset):
+    # number `offset` of seed's sequence: word offset % 4 of counter offset // 4
+    r0, r1, r2, r3 = _philox4(seed, offset >> 2)
+    lane = offset & 3
+    return tl.where(lane < 2, tl.where(lane == 0, r0, r1), tl.where(lane == 2, r2, r3))
+""",
+    "_philox_words": """@triton.jit
+def _philox_words(seed, counters, STEP: tl.constexpr, TAKE: tl.constexpr):
+    # the numbers of Philox counters in order, along new last dims: their 4 words
+    # (STEP 1), or words TAKE and TAKE + 2, value TAKE of each pair of values drawing 2
+    r0, r1, r2, r3 = _philox4(seed, counters)
+    if STEP == 1:
+        return tl.join(tl.join(r0, r2), tl.join(r1, r3))
+    elif TAKE == 0:
+        return tl.join(r0, r2)
+    else:
+        return tl.join(r1, r3)
 """,
     "_floordiv": """@triton.jit
 def _floordiv(a, b):

@@ -1,7 +1,9 @@
 """Random numbers: rand, randn, randint, bernoulli, uniform_, normal_ and
 exponential_ (and through them dropout) are pointwise values of a counter-based
-generator, Philox4x32-10 as Triton's tl.randint, at (a seed drawn once a call,
-the element's place among the graph's random numbers). A value is then the same
+generator, Philox4x32-10, at (a seed drawn once a call, the element's place among
+the graph's random numbers): number n is word n % 4 of counter n // 4, as Triton's
+tl.randint4x gives them, so a block of consecutive numbers takes one Philox call
+for every 4 (codegen.triton's _philox_block). A value is then the same
 wherever it is computed, so it fuses into any kernel, and into several, as any
 pointwise value does. The seed comes from torch's generator of the graph's
 device (torch.manual_seed repeats a run); the numbers are not eager's, whose
@@ -159,10 +161,10 @@ def _random(g, node, value, per_value: int = 1, dtypes=tuple(BITS)) -> Lazy:
     if device != g.device:
         raise Unsupported(f"random numbers on {device}, where the graph's kernels run on {g.device}")
     size, n = tuple(val.shape), math.prod(val.shape) * per_value
-    first = g.random_numbers
+    first = -(-g.random_numbers // 4) * 4  # a Philox counter's first word
     if first + n > MAX_NUMBERS:
         raise Unsupported(f"more than {MAX_NUMBERS} random numbers in one graph")
-    g.random_numbers += n
+    g.random_numbers = first + n
     seed, stride = call_seed(g, node), contiguous_strides(size)
 
     def body(idx):

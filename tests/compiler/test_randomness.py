@@ -181,17 +181,36 @@ def test_the_backward_uses_the_forward_mask(device, capture, form):
     torch.testing.assert_close(x.grad, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_cpp_and_triton_draw_the_same_numbers():
-    """One generator on both CPU targets (Philox4x32-10, as Triton's tl.randint):
-    a kernel's numbers do not depend on the codegen that rendered it (normal
-    values to the ulps of each one's log and cos)."""
+def _row_draws(x):
+    u, z = torch.rand_like(x), torch.randn_like(x)
+    return u, z, (u * x).sum(-1) + z.amax(-1)
+
+
+@pytest.mark.parametrize("form", ["block", "rows", "looped rows", "tile"])
+def test_cpp_and_triton_draw_the_same_numbers(form):
+    """One generator on both CPU targets (number n is word n % 4 of Philox4x32-10's
+    counter n // 4): a kernel's numbers do not depend on the codegen that rendered it
+    (normal values to the ulps of each one's log and cos). A 1-D Triton block, or a
+    reduction's rows (held whole or looped over), draw 4 numbers a Philox call (_philox_words, for values of one
+    or two numbers; the interpreter's 1-D blocks hold 2^16 elements, so here 2, the
+    second partial); a 2-D tile (here for a transpose) draws each by itself (_philox)."""
     pytest.importorskip("triton")
+    fn, args = {"block": (lambda x: (torch.rand_like(x), torch.randn_like(x)), (torch.zeros(2**16 + 1001),)),
+                "rows": (_row_draws, (torch.randn(67, 132),)),
+                "looped rows": (_row_draws, (torch.randn(5, 8196),)),
+                "tile": (lambda a, b: (torch.rand_like(a) + b.t(), torch.randn_like(a)),
+                         (torch.zeros(67, 130), torch.zeros(130, 67)))}[form]
     out = {}
     for target in ("cpp", "triton"):
         torch._dynamo.reset()
-        with config.patch(cpu_target=target):
+        with config.patch(cpu_target=target), compiler.capture() as cap:
             torch.manual_seed(3)
-            out[target] = compiled(lambda x: (torch.rand_like(x), torch.randn_like(x)))(torch.zeros(3001))
-    (u, z), (v, w) = out["cpp"], out["triton"]
+            out[target] = compiled(fn)(*args)
+    kinds = {k.kind for k in cap.kernels}
+    assert kinds == ({"pointwise", "reduction"} if "rows" in form else {"pointwise"}), kinds
+    assert ("for roffset" in cap.kernels[0].source) == (form == "looped rows")
+    helper = "_philox(" if form == "tile" else "_philox_words("
+    assert all(helper in k.source for k in cap.kernels), [k.source for k in cap.kernels]
+    (u, *normal), (v, *other) = out["cpp"], out["triton"]
     assert torch.equal(u, v)
-    torch.testing.assert_close(z, w, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(normal, other, rtol=1e-5, atol=1e-5)
