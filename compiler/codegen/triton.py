@@ -78,7 +78,9 @@ class TritonKernel:
         self.alias = self._same_reductions()  # reduction -> an earlier one computing the same
         self.device = self._device()
         self.pdl = triton_config.dependent_launch(self.device)
-        itemsize = max((buffers[n].dtype.itemsize for n in self.args.all() if n in buffers), default=4)
+        # bytes an element of the tensors it streams (a scalar, such as the seed of its random numbers, is not)
+        itemsize = max((buffers[n].dtype.itemsize for n in self.args.all() if n in buffers and buffers[n].numel > 1),
+                       default=4)
         self.int64 = kernel.xnumel * max(kernel.rnumel, 1) > INT32_LIMIT or any(
             self.buffers[n].numel > INT32_LIMIT for n in self.args.all() if n in self.buffers)
         self.plan = triton_config.plan(kernel, self.device, itemsize, self.int64)

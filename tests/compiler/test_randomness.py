@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import compiler
+from compiler.codegen.triton_backend import meta_of
 from compiler.config import config
 from triton_sm90 import compile_interpreted_for_h100
 
@@ -214,3 +215,14 @@ def test_cpp_and_triton_draw_the_same_numbers(form):
     (u, *normal), (v, *other) = out["cpp"], out["triton"]
     assert torch.equal(u, v)
     torch.testing.assert_close(normal, other, rtol=1e-5, atol=1e-5)
+
+
+def test_the_seed_leaves_the_blocks_as_they_are():
+    """Block sizes follow the bytes of the elements a kernel streams, and the seed
+    (one int64) is not streamed: a LayerNorm after dropout holds its rows of 4096
+    float32 in registers, as it does without (a loop over them reads each 3 times)."""
+    pytest.importorskip("triton")
+    with config.patch(cpu_target="triton"), compiler.capture() as cap:
+        compiled(lambda x, h: F.layer_norm(x + F.dropout(h, 0.1), (4096,)))(torch.randn(3, 4096), torch.randn(3, 4096))
+    [kernel] = [k for k in cap.kernels if k.kind == "reduction"]
+    assert meta_of(kernel.source)["persistent"], kernel.source
