@@ -182,6 +182,28 @@ def test_the_backward_uses_the_forward_mask(device, capture, form):
     torch.testing.assert_close(x.grad, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("shape", [(5, 132), (3, 8196), (3, 9001), (2, 1 << 20)], ids=str)
+def test_a_reduction_draws_the_numbers_its_pointwise_neighbour_stores(device, shape):
+    """A reduction over random integers draws them in its own kernel (by rows held
+    whole, looped over, split across programs on a GPU, or each by itself on rows
+    of 9001): its sums equal those of the numbers a pointwise kernel stores, and
+    these are the numbers a graph drawing them alone gives (31 random bits each,
+    so a block drawn twice or a word out of place shows)."""
+    if shape[1] > 10000 and device.type != "cuda":
+        pytest.skip("rows split across programs: a GPU's plan (the interpreter takes 18 s)")
+    x = torch.zeros(shape, dtype=torch.int64, device=device)
+    out = {}
+    for form, fn in [("sum", lambda x: (lambda w: (w, w.sum(-1)))(torch.randint_like(x, 2**31))),
+                     ("alone", lambda x: torch.randint_like(x, 2**31))]:
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        out[form] = compiled(fn)(x)
+    (w, sums), alone = out["sum"], out["alone"]
+    assert torch.equal(w, alone)
+    assert torch.equal(sums, w.sum(-1))
+    assert torch.unique(w).numel() > 0.99 * w.numel()
+
+
 def _row_draws(x):
     u, z = torch.rand_like(x), torch.randn_like(x)
     return u, z, (u * x).sum(-1) + z.amax(-1)
