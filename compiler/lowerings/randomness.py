@@ -19,7 +19,7 @@ from .. import ir
 from ..graph import Lazy, View
 from ..index import contiguous_strides, linear_index
 from .extern import node_device
-from .registry import Unsupported, origins_of, out_val, register
+from .registry import Unsupported, broadcast_load, is_tensor, origins_of, out_val, register
 
 aten = torch.ops.aten
 
@@ -81,13 +81,56 @@ def normal(g, node, x, mean=0.0, std=1.0, *, generator=None):
     return _random(g, node, lambda draw: _f32("add", _f32("mul", _normal(draw), std), mean), per_value=2)
 
 
+@register(aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor, aten.normal.float_float)
+def normal_of_tensors(g, node, mean, std=1.0, size=None, *, generator=None, **kwargs):
+    """mean + std * a standard normal value, either of them a tensor (broadcast to
+    the output) or a number. A negative std is not checked, as ATen checks it."""
+    _own_generator(generator)
+    if any(is_tensor(v) and v.dtype == torch.float64 for v in (mean, std)):
+        raise Unsupported("a float64 mean or std")
+    tensors = [v for v in (mean, std) if is_tensor(v)]
+
+    def value(draw, *loads):
+        tensor_loads = iter(loads)
+        m, s = (next(tensor_loads) if is_tensor(v) else ir.const(float(v), F32) for v in (mean, std))
+        return ir.op("add", ir.op("mul", _normal(draw), s, dtype=F32), m, dtype=F32)
+    return _random(g, node, value, per_value=2, inputs=tensors)
+
+
+@register(aten.log_normal.default)
+def log_normal(g, node, x, mean=1.0, std=2.0, *, generator=None):
+    """exp(mean + std * a standard normal value)."""
+    _own_generator(generator)
+    return _random(g, node, lambda draw: ir.op("exp", _f32("add", _f32("mul", _normal(draw), std), mean), dtype=F32),
+                   per_value=2)
+
+
+@register(aten.cauchy.default)
+def cauchy(g, node, x, median=0.0, sigma=1.0, *, generator=None):
+    """median + sigma * tan(pi * (u - 1/2)), as ATen's."""
+    _own_generator(generator)
+    angle = lambda draw: _f32("mul", _f32("sub", draw.uniform(24), 0.5), math.pi)  # noqa: E731
+    return _random(g, node, lambda draw: _f32("add", _f32("mul", ir.op("tan", angle(draw), dtype=F32), sigma), median))
+
+
+@register(aten.geometric.default)
+def geometric(g, node, x, p, *, generator=None):
+    """The number of tries up to the first success at chance p: ceil(log(u) /
+    log(1 - p)), u in (0, 1), as ATen's (which takes p in (0, 1) only)."""
+    _own_generator(generator)
+    if not 0 < p < 1:
+        raise Unsupported(f"geometric with p = {p}, outside (0, 1)")
+    return _random(g, node, lambda draw: ir.op("ceil", _f32("mul", ir.op("log", _open_uniform(draw), dtype=F32),
+                                                              1 / math.log1p(-p)), dtype=F32))
+
+
 @register(aten.exponential.default)
 def exponential(g, node, x, lambd=1.0, *, generator=None):
     """-log(1 - u) / lambd, u in (0, 1) (never 0, never inf): what sampling by the
     Gumbel-max trick divides by (argmax(probs / exponential), gpt-fast's sample
     without a sync), where a 0 would pick an entry of probability 0."""
     _own_generator(generator)
-    return _random(g, node, lambda draw: _f32("mul", _log1m(_f32("add", draw.uniform(23), 2.0**-24)), -1.0 / lambd))
+    return _random(g, node, lambda draw: _f32("mul", _log1m(_open_uniform(draw)), -1.0 / lambd))
 
 
 @register(aten.bernoulli.p)
@@ -95,6 +138,13 @@ def bernoulli_p(g, node, x, p=0.5, *, generator=None):
     """1 with probability p, else 0, in x's shape and dtype (x's values unread)."""
     _own_generator(generator)
     return _random(g, node, lambda draw: ir.op("lt", draw.uniform(24), ir.const(float(p), F32), dtype=torch.bool))
+
+
+@register(aten.bernoulli.Tensor)
+def bernoulli_tensor(g, node, x, p, *, generator=None):
+    """1 with probability p (a tensor, broadcast to x's shape), else 0, in x's dtype."""
+    _own_generator(generator)
+    return _random(g, node, lambda draw, p: ir.op("lt", draw.uniform(24), p, dtype=torch.bool), inputs=[p])
 
 
 @register(aten.randint.low, aten.randint.default, aten.randint_like.low_dtype, aten.randint_like.default)
@@ -115,6 +165,11 @@ def randint(g, node, *args, **kwargs):
 
 def _f32(name: str, a: ir.Expr, b: float) -> ir.Expr:
     return ir.op(name, a, ir.const(float(b), F32), dtype=F32)
+
+
+def _open_uniform(draw) -> ir.Expr:
+    """Uniform in (0, 1): never 0, never 1 (a log of it is finite)."""
+    return _f32("add", draw.uniform(23), 2.0**-24)
 
 
 def _log1m(u: ir.Expr) -> ir.Expr:
@@ -152,9 +207,10 @@ class _Draws:
         return ir.op("mul", ir.cast(top, F32), ir.const(2.0 ** -bits, F32), dtype=F32)
 
 
-def _random(g, node, value, per_value: int = 1, dtypes=tuple(BITS)) -> Lazy:
-    """node's result: value(draws) at each element, drawing at most `per_value`
-    random numbers of its own."""
+def _random(g, node, value, per_value: int = 1, dtypes=tuple(BITS), inputs=()) -> Lazy:
+    """node's result: value(draws, *loads) at each element, drawing at most
+    `per_value` random numbers of its own; loads: the tensors `inputs` there
+    (broadcast), in float32."""
     val, device = out_val(node), node_device(g, node)
     if val.dtype not in dtypes:
         raise Unsupported(f"random {val.dtype} numbers")
@@ -169,11 +225,11 @@ def _random(g, node, value, per_value: int = 1, dtypes=tuple(BITS)) -> Lazy:
 
     def body(idx):
         draws = _Draws(seed, linear_index(idx, stride) * per_value + first)
-        out = value(draws)
+        out = value(draws, *(ir.cast(broadcast_load(v, size, idx, F32), F32) for v in inputs))
         assert draws.taken <= per_value, (node, draws.taken)
         return ir.cast(out, val.dtype)
 
-    return Lazy(size, val.dtype, body, origins_of(g, node))
+    return Lazy(size, val.dtype, body, origins_of(g, node, *inputs))
 
 
 def call_seed(g, node) -> View:

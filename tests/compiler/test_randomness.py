@@ -112,6 +112,34 @@ def test_integers_and_in_place_draws(device, capture):
     assert e.min() > 0 and torch.isfinite(e).all() and abs(e.double().mean() - 0.25) < SIGMAS * 0.25 / math.sqrt(n)
 
 
+def test_normal_of_tensors_bernoulli_of_tensors_and_other_distributions(device, capture):
+    """normal with a tensor mean and/or std (broadcast), bernoulli_ with a tensor of
+    chances, log_normal_, cauchy_ and geometric_: all ours, each at its law."""
+    rows = 1 << 14
+    cols = torch.arange(8, device=device, dtype=torch.float32)
+    mean, std = cols.expand(rows, 8), (cols + 1).expand(rows, 8)
+    chance = torch.tensor([0.0, 0.1, 0.5, 0.9, 1.0, 0.3, 0.7, 0.2], device=device)
+    x = torch.zeros(rows, 8, device=device)
+
+    def draws(x, mean, std, chance):
+        return (torch.normal(mean, std), torch.normal(mean, 2.0), torch.normal(0.5, std),
+                torch.empty_like(x).bernoulli_(chance), torch.empty_like(x).log_normal_(1, 0.5),
+                torch.empty_like(x).cauchy_(2, 3), torch.empty_like(x).geometric_(0.25))
+
+    with capture() as cap:
+        both, of_mean, of_std, hits, logn, cau, geo = compiled(draws)(x, mean, std, chance)
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    n = x.numel()
+    for z in ((both - mean) / std, (of_mean - mean) / 2, (of_std - 0.5) / std, (logn.log() - 1) / 0.5):
+        z = z.double()
+        assert abs(z.mean()) < SIGMAS / math.sqrt(n) and abs(z.std() - 1) < 0.02, (z.mean(), z.std())
+    assert set(hits.unique().tolist()) <= {0.0, 1.0}
+    assert all(near(k, rows, p) if 0 < p < 1 else k == rows * p for k, p in zip(hits.sum(0).tolist(), chance.tolist()))
+    assert near(((cau - 2).abs() < 3).sum().item(), n, 0.5)  # the quartiles: median -+ sigma
+    assert geo.min() == 1 and torch.equal(geo, geo.round()) and near((geo == 1).sum().item(), n, 0.25)
+    assert abs(geo.double().mean() - 4) < SIGMAS * math.sqrt(12 / n)
+
+
 def test_sampling_by_the_gumbel_max_trick(device, capture):
     """argmax(probs / exponential_): gpt-fast's sample without a sync is one
     reduction kernel; picks follow the probabilities, never one of probability 0."""
