@@ -113,8 +113,9 @@ def test_integers_and_in_place_draws(device, capture):
 
 
 def test_normal_of_tensors_bernoulli_of_tensors_and_other_distributions(device, capture):
-    """normal with a tensor mean and/or std (broadcast), bernoulli_ with a tensor of
-    chances, log_normal_, cauchy_ and geometric_: all ours, each at its law."""
+    """normal with a tensor mean and/or std (broadcast) or of numbers in a size,
+    bernoulli_ with a tensor of chances, log_normal_, cauchy_ and geometric_: all
+    ours, each at its law."""
     rows = 1 << 14
     cols = torch.arange(8, device=device, dtype=torch.float32)
     mean, std = cols.expand(rows, 8), (cols + 1).expand(rows, 8)
@@ -123,14 +124,16 @@ def test_normal_of_tensors_bernoulli_of_tensors_and_other_distributions(device, 
 
     def draws(x, mean, std, chance):
         return (torch.normal(mean, std), torch.normal(mean, 2.0), torch.normal(0.5, std),
+                torch.normal(-1.0, 3.0, size=x.shape, device=x.device),
                 torch.empty_like(x).bernoulli_(chance), torch.empty_like(x).log_normal_(1, 0.5),
                 torch.empty_like(x).cauchy_(2, 3), torch.empty_like(x).geometric_(0.25))
 
     with capture() as cap:
-        both, of_mean, of_std, hits, logn, cau, geo = compiled(draws)(x, mean, std, chance)
+        both, of_mean, of_std, of_numbers, hits, logn, cau, geo = compiled(draws)(x, mean, std, chance)
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
     n = x.numel()
-    for z in ((both - mean) / std, (of_mean - mean) / 2, (of_std - 0.5) / std, (logn.log() - 1) / 0.5):
+    for z in ((both - mean) / std, (of_mean - mean) / 2, (of_std - 0.5) / std, (of_numbers + 1) / 3,
+              (logn.log() - 1) / 0.5):
         z = z.double()
         assert abs(z.mean()) < SIGMAS / math.sqrt(n) and abs(z.std() - 1) < 0.02, (z.mean(), z.std())
     assert set(hits.unique().tolist()) <= {0.0, 1.0}
