@@ -40,12 +40,26 @@ def sort_stable(g, node, x, *, stable=None, dim=-1, descending=False):
 
 @register(aten.topk.default)
 def topk(g, node, x, k, dim=-1, largest=True, sorted=True):
+    # topk(1) is one reduction, where a sort would hold the row in one block (and
+    # fall back to ATen past TRITON_MAX_SORTED on a GPU): of equal values the first
     if k == 1 and largest and x.ndim and 0 not in x.size:
-        # the largest value and its first position (NaN the largest, as in topk):
-        # max and argmax, fused in one reduction, where a sort would hold the row
-        # in one block (and fall back to ATen past TRITON_MAX_SORTED on a GPU)
+        # max and argmax fused (NaN the largest, as in topk and in max)
         return reduction.extremes_and_positions(g, node, x, dim, "max")
+    if k == 1 and x.ndim and 0 not in x.size and x.dtype in PACKABLE and x.dtype != torch.bool:
+        return _smallest(g, node, x, dim % x.ndim)
     return sorted_rows(g, node, x, dim, largest, k)
+
+
+def _smallest(g, node, x, dim: int):
+    """topk(1, largest=False): the least key (value, then position) of each row, one
+    min reduction; NaN is above every number, as in topk (min would pick it)."""
+    n = x.size[dim]
+    values_val, _ = out_val(node)
+    size = tuple(values_val.shape)
+    keys = Lazy(x.size, I64, lambda idx: _pack(x.load(idx), idx[dim], n, False), x.origins)
+    least = reduction.reduce(g, node, keys, [dim], "min", I64, size)
+    return (Lazy(size, values_val.dtype, lambda idx: _value(least.load(idx), values_val.dtype), least.origins),
+            Lazy(size, I64, lambda idx: _position(least.load(idx), n, False), least.origins))
 
 
 @register(aten.kthvalue.default)

@@ -537,19 +537,24 @@ def test_moe_routing_and_long_rows(check_compiled, target):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32], ids=dtype_id)
-def test_top_one_is_a_max_reduction(check_compiled, target, dtype):
-    """topk(1) (largest) is max and argmax in one reduction kernel, on rows of
-    any length (a sort would hold the row in one block, and Triton would leave
-    rows over 512 to ATen): NaN the largest, as in topk; of equal values the
-    first (eager's topk promises none: the values its indices pick are compared)."""
+@pytest.mark.parametrize("largest", [True, False], ids=["largest", "smallest"])
+def test_top_one_is_one_reduction(check_compiled, target, dtype, largest):
+    """topk(1) is one reduction kernel on rows of any length (a sort would hold
+    the row in one block, and Triton would leave rows over 512 to ATen): the
+    largest by max and argmax, the smallest by a min of (value, position) keys;
+    NaN the largest, as in topk (so the smallest of a row with NaN is a number);
+    of equal values the first (eager's topk promises none: the values its indices
+    pick are compared)."""
     torch.manual_seed(14)
     x = rand((3, 9001), dtype)
     if dtype == torch.float32:
         x[1, 4000] = x[1, 7000] = float("nan")
+        x[2] = float("inf")  # NaN above inf: the smallest is the first inf
+        x[2, 0] = float("nan")
     y = rand((37, 5, 7), dtype)
 
     def top(x, y):
-        (v, i), (w, j) = x.topk(1), y.topk(1, 0)
+        (v, i), (w, j) = x.topk(1, largest=largest), y.topk(1, 0, largest=largest)
         return v, i, w, j
 
     cap = check_compiled(lambda x, y: (lambda v, i, w, j: (v, x.gather(-1, i), w, y.gather(0, j)))(*top(x, y)), x, y)
