@@ -56,6 +56,7 @@ def uniform(g, node, x, low=0.0, high=1.0, *, generator=None):
     """x's shape, uniform in [low, high) (x's values unread): one that rounds to
     high in x's dtype is low, as in ATen."""
     _own_generator(generator)
+    _check(low <= high, f"uniform_ from {low} to {high}")
     dtype = out_val(node).dtype
 
     def value(draw):
@@ -84,7 +85,9 @@ def normal(g, node, x, mean=0.0, std=1.0, *, generator=None):
 @register(aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor, aten.normal.float_float)
 def normal_of_tensors(g, node, mean, std=1.0, size=None, *, generator=None, **kwargs):
     """mean + std * a standard normal value, either of them a tensor (broadcast to
-    the output) or a number. A negative std is not checked, as ATen checks it."""
+    the output) or a number. A negative std in a tensor is not refused (ATen's
+    check reads std, a sync; nor do Inductor's decompositions refuse it): it draws
+    as its absolute value does (a negative number std was refused in tracing)."""
     _own_generator(generator)
     if any(is_tensor(v) and v.dtype == torch.float64 for v in (mean, std)):
         raise Unsupported("a float64 mean or std")
@@ -118,8 +121,7 @@ def geometric(g, node, x, p, *, generator=None):
     """The number of tries up to the first success at chance p: ceil(log(u) /
     log(1 - p)), u in (0, 1), as ATen's (which takes p in (0, 1) only)."""
     _own_generator(generator)
-    if not 0 < p < 1:
-        raise Unsupported(f"geometric with p = {p}, outside (0, 1)")
+    _check(0 < p < 1, f"geometric with p = {p}")
     return _random(g, node, lambda draw: ir.op("ceil", _f32("mul", ir.op("log", _open_uniform(draw), dtype=F32),
                                                               1 / math.log1p(-p)), dtype=F32))
 
@@ -137,12 +139,15 @@ def exponential(g, node, x, lambd=1.0, *, generator=None):
 def bernoulli_p(g, node, x, p=0.5, *, generator=None):
     """1 with probability p, else 0, in x's shape and dtype (x's values unread)."""
     _own_generator(generator)
+    _check(0 <= p <= 1, f"bernoulli with p = {p}")
     return _random(g, node, lambda draw: ir.op("lt", draw.uniform(24), ir.const(float(p), F32), dtype=torch.bool))
 
 
 @register(aten.bernoulli.Tensor)
 def bernoulli_tensor(g, node, x, p, *, generator=None):
-    """1 with probability p (a tensor, broadcast to x's shape), else 0, in x's dtype."""
+    """1 with probability p (a tensor, broadcast to x's shape), else 0, in x's dtype.
+    A chance outside [0, 1] is not refused (ATen's check reads p, a sync; nor do
+    Inductor's decompositions refuse it): below 0 it is 0, above 1 it is 1."""
     _own_generator(generator)
     return _random(g, node, lambda draw, p: ir.op("lt", draw.uniform(24), p, dtype=torch.bool), inputs=[p])
 
@@ -182,6 +187,12 @@ def _normal(draw) -> ir.Expr:
     radius = ir.op("sqrt", _f32("mul", _log1m(draw.uniform(24)), -2.0), dtype=F32)
     angle = _f32("mul", draw.uniform(24), 2 * math.pi)
     return ir.op("mul", radius, ir.op("cos", angle, dtype=F32), dtype=F32)
+
+
+def _check(valid: bool, what: str) -> None:
+    """Arguments ATen refuses are left to it, which raises its error."""
+    if not valid:
+        raise Unsupported(f"{what}, which ATen refuses")
 
 
 def _own_generator(generator) -> None:

@@ -143,6 +143,18 @@ def test_normal_of_tensors_bernoulli_of_tensors_and_other_distributions(device, 
     assert abs(geo.double().mean() - 4) < SIGMAS * math.sqrt(12 / n)
 
 
+@pytest.mark.parametrize("draw, error", [(lambda x: x.bernoulli_(1.5), "bernoulli_ expects p"),
+                                          (lambda x: x.uniform_(2, 1), "uniform_ expects to return"),
+                                          (lambda x: x.geometric_(1.0), "geometric_ expects p"),
+                                          (lambda x: x.exponential_(0.0), "exponential_ expects lambda")],
+                         ids=["bernoulli", "uniform", "geometric", "exponential"])
+def test_arguments_aten_refuses_raise_its_error(device, draw, error):
+    """A number ATen refuses is refused as eager refuses it (left to ATen, or in
+    tracing), not drawn from."""
+    with pytest.raises(RuntimeError, match=error):
+        compiled(lambda x: draw(x.clone()))(torch.zeros(5, device=device))
+
+
 def test_sampling_by_the_gumbel_max_trick(device, capture):
     """argmax(probs / exponential_): gpt-fast's sample without a sync is one
     reduction kernel; picks follow the probabilities, never one of probability 0."""
