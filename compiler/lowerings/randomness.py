@@ -24,22 +24,22 @@ from .registry import Unsupported, broadcast_load, is_tensor, origins_of, out_va
 aten = torch.ops.aten
 
 # significand bits of each dtype a uniform value is drawn in
-BITS = {torch.float32: 24, torch.float16: 11, torch.bfloat16: 8}
+BITS = {torch.float64: 53, torch.float32: 24, torch.float16: 11, torch.bfloat16: 8}
 # a graph's random numbers are numbered by int32 offsets
 MAX_NUMBERS = 2**31 - 1
-F32 = torch.float32
+F32, F64 = torch.float32, torch.float64
 
 
 @register(aten.rand.default)
 def rand(g, node, size, **kwargs):
-    """Uniform in [0, 1): a float32 multiple of 2^-24, its bits past the dtype's
-    significand cut (rounded down: all of a 16-bit dtype's values below 1 can
-    come, none rounds up to 1)."""
+    """Uniform in [0, 1): a multiple of 2^-53 in float64, of 2^-24 in float32, its
+    bits past a 16-bit dtype's significand cut (rounded down: all of its values
+    below 1 can come, none rounds up to 1)."""
     cut = 24 - BITS.get(out_val(node).dtype, 24)
 
     def value(draw):
-        u = draw.uniform(24)
-        if not cut:
+        u = draw.uniform()
+        if cut <= 0:
             return u
         bits = ir.bitcast(u, torch.int32)
         return ir.bitcast(ir.op("bitwise_and", bits, ir.const(-(1 << cut), torch.int32), dtype=torch.int32), F32)
@@ -60,9 +60,10 @@ def uniform(g, node, x, low=0.0, high=1.0, *, generator=None):
     dtype = out_val(node).dtype
 
     def value(draw):
-        v = ir.cast(ir.cast(_f32("add", _f32("mul", draw.uniform(24), high - low), low), dtype), F32)
-        return ir.op("where", ir.op("ge", v, ir.const(float(high), F32), dtype=torch.bool), ir.const(float(low), F32), v,
-                     dtype=F32)
+        t = draw.dtype
+        v = ir.cast(ir.cast(_num("add", _num("mul", draw.uniform(), high - low), low), dtype), t)
+        return ir.op("where", ir.op("ge", v, ir.const(float(high), t), dtype=torch.bool), ir.const(float(low), t), v,
+                     dtype=t)
     return _random(g, node, value)
 
 
@@ -79,7 +80,7 @@ def randn_like(g, node, x, **kwargs):
 @register(aten.normal_functional.default)
 def normal(g, node, x, mean=0.0, std=1.0, *, generator=None):
     _own_generator(generator)
-    return _random(g, node, lambda draw: _f32("add", _f32("mul", _normal(draw), std), mean), per_value=2)
+    return _random(g, node, lambda draw: _num("add", _num("mul", _normal(draw), std), mean), per_value=2)
 
 
 @register(aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor, aten.normal.float_float)
@@ -89,14 +90,12 @@ def normal_of_tensors(g, node, mean, std=1.0, size=None, *, generator=None, **kw
     check reads std, a sync; nor do Inductor's decompositions refuse it): it draws
     as its absolute value does (a negative number std was refused in tracing)."""
     _own_generator(generator)
-    if any(is_tensor(v) and v.dtype == torch.float64 for v in (mean, std)):
-        raise Unsupported("a float64 mean or std")
     tensors = [v for v in (mean, std) if is_tensor(v)]
 
     def value(draw, *loads):
         tensor_loads = iter(loads)
-        m, s = (next(tensor_loads) if is_tensor(v) else ir.const(float(v), F32) for v in (mean, std))
-        return ir.op("add", ir.op("mul", _normal(draw), s, dtype=F32), m, dtype=F32)
+        m, s = (next(tensor_loads) if is_tensor(v) else ir.const(float(v), draw.dtype) for v in (mean, std))
+        return ir.op("add", ir.op("mul", _normal(draw), s, dtype=draw.dtype), m, dtype=draw.dtype)
     return _random(g, node, value, per_value=2, inputs=tensors)
 
 
@@ -104,16 +103,15 @@ def normal_of_tensors(g, node, mean, std=1.0, size=None, *, generator=None, **kw
 def log_normal(g, node, x, mean=1.0, std=2.0, *, generator=None):
     """exp(mean + std * a standard normal value)."""
     _own_generator(generator)
-    return _random(g, node, lambda draw: ir.op("exp", _f32("add", _f32("mul", _normal(draw), std), mean), dtype=F32),
-                   per_value=2)
+    return _random(g, node, lambda draw: _unary("exp", _num("add", _num("mul", _normal(draw), std), mean)), per_value=2)
 
 
 @register(aten.cauchy.default)
 def cauchy(g, node, x, median=0.0, sigma=1.0, *, generator=None):
     """median + sigma * tan(pi * (u - 1/2)), as ATen's."""
     _own_generator(generator)
-    angle = lambda draw: _f32("mul", _f32("sub", draw.uniform(24), 0.5), math.pi)  # noqa: E731
-    return _random(g, node, lambda draw: _f32("add", _f32("mul", ir.op("tan", angle(draw), dtype=F32), sigma), median))
+    angle = lambda draw: _num("mul", _num("sub", draw.uniform(), 0.5), math.pi)  # noqa: E731
+    return _random(g, node, lambda draw: _num("add", _num("mul", _unary("tan", angle(draw)), sigma), median))
 
 
 @register(aten.geometric.default)
@@ -122,8 +120,8 @@ def geometric(g, node, x, p, *, generator=None):
     log(1 - p)), u in (0, 1), as ATen's (which takes p in (0, 1) only)."""
     _own_generator(generator)
     _check(0 < p < 1, f"geometric with p = {p}")
-    return _random(g, node, lambda draw: ir.op("ceil", _f32("mul", ir.op("log", _open_uniform(draw), dtype=F32),
-                                                              1 / math.log1p(-p)), dtype=F32))
+    tries = lambda draw: _num("mul", _unary("log", draw.open_uniform()), 1 / math.log1p(-p))  # noqa: E731
+    return _random(g, node, lambda draw: _unary("ceil", tries(draw)))
 
 
 @register(aten.exponential.default)
@@ -132,7 +130,7 @@ def exponential(g, node, x, lambd=1.0, *, generator=None):
     Gumbel-max trick divides by (argmax(probs / exponential), gpt-fast's sample
     without a sync), where a 0 would pick an entry of probability 0."""
     _own_generator(generator)
-    return _random(g, node, lambda draw: _f32("mul", _log1m(_open_uniform(draw)), -1.0 / lambd))
+    return _random(g, node, lambda draw: _num("mul", _log1m(draw.open_uniform()), -1.0 / lambd))
 
 
 @register(aten.bernoulli.p)
@@ -140,7 +138,7 @@ def bernoulli_p(g, node, x, p=0.5, *, generator=None):
     """1 with probability p, else 0, in x's shape and dtype (x's values unread)."""
     _own_generator(generator)
     _check(0 <= p <= 1, f"bernoulli with p = {p}")
-    return _random(g, node, lambda draw: ir.op("lt", draw.uniform(24), ir.const(float(p), F32), dtype=torch.bool))
+    return _random(g, node, lambda draw: ir.op("lt", draw.uniform(), ir.const(float(p), draw.dtype), dtype=torch.bool))
 
 
 @register(aten.bernoulli.Tensor)
@@ -149,7 +147,7 @@ def bernoulli_tensor(g, node, x, p, *, generator=None):
     A chance outside [0, 1] is not refused (ATen's check reads p, a sync; nor do
     Inductor's decompositions refuse it): below 0 it is 0, above 1 it is 1."""
     _own_generator(generator)
-    return _random(g, node, lambda draw, p: ir.op("lt", draw.uniform(24), p, dtype=torch.bool), inputs=[p])
+    return _random(g, node, lambda draw, p: ir.op("lt", draw.uniform(), p, dtype=torch.bool), inputs=[p])
 
 
 @register(aten.randint.low, aten.randint.default, aten.randint_like.low_dtype, aten.randint_like.default)
@@ -168,25 +166,25 @@ def randint(g, node, *args, **kwargs):
     return _random(g, node, value, dtypes=ir.KERNEL_DTYPES)
 
 
-def _f32(name: str, a: ir.Expr, b: float) -> ir.Expr:
-    return ir.op(name, a, ir.const(float(b), F32), dtype=F32)
+def _num(name: str, a: ir.Expr, b: float) -> ir.Expr:
+    """a `name` the number b, in a's dtype."""
+    return ir.op(name, a, ir.const(float(b), a.dtype), dtype=a.dtype)
 
 
-def _open_uniform(draw) -> ir.Expr:
-    """Uniform in (0, 1): never 0, never 1 (a log of it is finite)."""
-    return _f32("add", draw.uniform(23), 2.0**-24)
+def _unary(name: str, a: ir.Expr) -> ir.Expr:
+    return ir.op(name, a, dtype=a.dtype)
 
 
 def _log1m(u: ir.Expr) -> ir.Expr:
     """log(1 - u), finite for u in [0, 1)."""
-    return ir.op("log", ir.op("sub", ir.const(1.0, F32), u, dtype=F32), dtype=F32)
+    return _unary("log", ir.op("sub", ir.const(1.0, u.dtype), u, dtype=u.dtype))
 
 
 def _normal(draw) -> ir.Expr:
     """A standard normal value by Box-Muller, of two uniform numbers."""
-    radius = ir.op("sqrt", _f32("mul", _log1m(draw.uniform(24)), -2.0), dtype=F32)
-    angle = _f32("mul", draw.uniform(24), 2 * math.pi)
-    return ir.op("mul", radius, ir.op("cos", angle, dtype=F32), dtype=F32)
+    radius = _unary("sqrt", _num("mul", _log1m(draw.uniform()), -2.0))
+    angle = _num("mul", draw.uniform(), 2 * math.pi)
+    return ir.op("mul", radius, _unary("cos", angle), dtype=radius.dtype)
 
 
 def _check(valid: bool, what: str) -> None:
@@ -201,10 +199,12 @@ def _own_generator(generator) -> None:
 
 
 class _Draws:
-    """The random numbers of one element, in turn: its `per_value` places."""
+    """The random numbers of one element, in turn: its `per_value` places; uniform
+    values in `dtype`, float64 (of two numbers, 53 bits) or float32 (of one, 24)."""
 
-    def __init__(self, seed: View, place: sympy.Expr):
-        self.seed, self.place, self.taken = seed, place, 0
+    def __init__(self, seed: View, place: sympy.Expr, dtype: torch.dtype):
+        self.seed, self.place, self.taken, self.dtype = seed, place, 0, dtype
+        self.bits = BITS[dtype]
 
     def word(self) -> ir.Expr:
         """32 random bits, in [0, 2^32) (int64)."""
@@ -212,19 +212,30 @@ class _Draws:
         self.taken += 1
         return ir.op("philox", self.seed.load([sympy.Integer(0)]), offset, dtype=torch.int64)
 
-    def uniform(self, bits: int) -> ir.Expr:
-        """A float32 multiple of 2^-bits in [0, 1)."""
-        top = ir.op("rshift", self.word(), ir.const(32 - bits, torch.int64), dtype=torch.int64)
-        return ir.op("mul", ir.cast(top, F32), ir.const(2.0 ** -bits, F32), dtype=F32)
+    def uniform(self, bits: int | None = None) -> ir.Expr:
+        """A multiple of 2^-bits in [0, 1) (bits: the dtype's significand)."""
+        bits = bits or self.bits
+        i64 = torch.int64
+        top = ir.op("rshift", self.word(), ir.const(max(32 - bits, 0), i64), dtype=i64)
+        if bits > 32:  # the top bits - 32 of one number, then all 32 of the next
+            top = ir.op("bitwise_or", ir.op("lshift", ir.op("rshift", top, ir.const(64 - bits, i64), dtype=i64),
+                                            ir.const(32, i64), dtype=i64), self.word(), dtype=i64)
+        return _num("mul", ir.cast(top, self.dtype), 2.0 ** -bits)
+
+    def open_uniform(self) -> ir.Expr:
+        """Uniform in (0, 1): never 0, never 1 (a log of it is finite)."""
+        return _num("add", self.uniform(self.bits - 1), 2.0 ** -self.bits)
 
 
 def _random(g, node, value, per_value: int = 1, dtypes=tuple(BITS), inputs=()) -> Lazy:
     """node's result: value(draws, *loads) at each element, drawing at most
-    `per_value` random numbers of its own; loads: the tensors `inputs` there
-    (broadcast), in float32."""
+    `per_value` uniform values of its own (twice the numbers in float64); loads:
+    the tensors `inputs` there (broadcast), in the draws' dtype."""
     val, device = out_val(node), node_device(g, node)
     if val.dtype not in dtypes:
         raise Unsupported(f"random {val.dtype} numbers")
+    dtype = F64 if val.dtype == F64 else F32
+    per_value *= 2 if dtype == F64 else 1
     if device != g.device:
         raise Unsupported(f"random numbers on {device}, where the graph's kernels run on {g.device}")
     size, n = tuple(val.shape), math.prod(val.shape) * per_value
@@ -235,8 +246,8 @@ def _random(g, node, value, per_value: int = 1, dtypes=tuple(BITS), inputs=()) -
     seed, stride = call_seed(g, node), contiguous_strides(size)
 
     def body(idx):
-        draws = _Draws(seed, linear_index(idx, stride) * per_value + first)
-        out = value(draws, *(ir.cast(broadcast_load(v, size, idx, F32), F32) for v in inputs))
+        draws = _Draws(seed, linear_index(idx, stride) * per_value + first, dtype)
+        out = value(draws, *(ir.cast(broadcast_load(v, size, idx, dtype), dtype) for v in inputs))
         assert draws.taken <= per_value, (node, draws.taken)
         return ir.cast(out, val.dtype)
 

@@ -155,6 +155,24 @@ def test_arguments_aten_refuses_raise_its_error(device, draw, error):
         compiled(lambda x: draw(x.clone()))(torch.zeros(5, device=device))
 
 
+def test_float64_numbers_have_53_bits(device, capture):
+    """float64 random numbers are ours, each uniform value of two 32-bit numbers:
+    multiples of 2^-53, not of float32's 2^-24; rand in [0, 1), randn and normal
+    at their moments, exponential_ > 0 and finite."""
+    n = 1 << 16
+    x = torch.zeros(n, device=device, dtype=torch.float64)
+    with capture() as cap:
+        u, z, m, e = compiled(lambda x: (torch.rand_like(x), torch.randn_like(x), torch.normal(x + 1, 2.0),
+                                         torch.empty_like(x).exponential_(2.0)))(x)
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    assert {t.dtype for t in (u, z, m, e)} == {torch.float64}
+    assert 0 <= u.min() and u.max() < 1 and ((u * 2**24) % 1 != 0).double().mean() > 0.99
+    assert torch.equal(u, torch.floor(u * 2**53) / 2**53)
+    for w in (z, (m - 1) / 2):
+        assert abs(w.mean()) < SIGMAS / math.sqrt(n) and abs(w.std() - 1) < 0.02, (w.mean(), w.std())
+    assert e.min() > 0 and torch.isfinite(e).all() and abs(e.mean() - 0.5) < SIGMAS * 0.5 / math.sqrt(n)
+
+
 def test_sampling_by_the_gumbel_max_trick(device, capture):
     """argmax(probs / exponential_): gpt-fast's sample without a sync is one
     reduction kernel; picks follow the probabilities, never one of probability 0."""
