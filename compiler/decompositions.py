@@ -38,6 +38,7 @@ _EXTRA = [
     aten.gelu_backward,
     aten.leaky_relu,
     aten.leaky_relu_backward,
+    aten.rrelu_with_noise_backward,
     aten.elu,
     aten.elu_backward,
     aten.hardtanh,

@@ -19,7 +19,7 @@ from .. import ir
 from ..graph import Lazy, View
 from ..index import contiguous_strides, linear_index
 from .extern import node_device
-from .registry import Unsupported, broadcast_load, is_tensor, origins_of, out_val, register
+from .registry import Unsupported, broadcast_load, is_tensor, make_pointwise, origins_of, out_val, register
 
 aten = torch.ops.aten
 
@@ -150,6 +150,32 @@ def bernoulli_tensor(g, node, x, p, *, generator=None):
     return _random(g, node, lambda draw, p: ir.op("lt", draw.uniform(), p, dtype=torch.bool), inputs=[p])
 
 
+@register(aten.rrelu_with_noise_functional.default)
+def rrelu_with_noise(g, node, x, noise, lower=1 / 8, upper=1 / 3, training=False, generator=None):
+    """RReLU in training: x * r where x <= 0, r uniform in [lower, upper), and x
+    elsewhere; the noise returned is r there and 1 elsewhere, as ATen's. Out of
+    training: a leaky relu of slope (lower + upper) / 2, the noise kept."""
+    _own_generator(generator)
+    values, kept = out_val(node)
+    if not training:
+        def leaky(v):
+            return ir.op("where", ir.op("gt", v, ir.const(0.0, v.dtype), dtype=torch.bool), v,
+                         _num("mul", v, (lower + upper) / 2), dtype=v.dtype)
+        return (make_pointwise(g, node, leaky, [x], out_dtype=values.dtype, size=values.shape),
+                make_pointwise(g, node, lambda n: n, [noise], out_dtype=kept.dtype, size=kept.shape))
+
+    def slope(draw, v):
+        r = _num("add", _num("mul", draw.uniform(), upper - lower), lower)
+        return ir.op("where", ir.op("le", v, ir.const(0.0, v.dtype), dtype=torch.bool), r, ir.const(1.0, r.dtype),
+                     dtype=r.dtype)
+    slopes = _random(g, node, slope, inputs=[x], val=values)
+    return make_pointwise(g, node, _times, [x, slopes], out_dtype=values.dtype, size=values.shape), slopes
+
+
+def _times(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return ir.op("mul", a, b, dtype=a.dtype)
+
+
 @register(aten.randint.low, aten.randint.default, aten.randint_like.low_dtype, aten.randint_like.default)
 def randint(g, node, *args, **kwargs):
     """Integers in [low, high): a 32-bit word scaled to the range ((word * n) >> 32,
@@ -227,11 +253,12 @@ class _Draws:
         return _num("add", self.uniform(self.bits - 1), 2.0 ** -self.bits)
 
 
-def _random(g, node, value, per_value: int = 1, dtypes=tuple(BITS), inputs=()) -> Lazy:
-    """node's result: value(draws, *loads) at each element, drawing at most
-    `per_value` uniform values of its own (twice the numbers in float64); loads:
-    the tensors `inputs` there (broadcast), in the draws' dtype."""
-    val, device = out_val(node), node_device(g, node)
+def _random(g, node, value, per_value: int = 1, dtypes=tuple(BITS), inputs=(), val=None) -> Lazy:
+    """node's result (or `val`'s shape and dtype): value(draws, *loads) at each
+    element, drawing at most `per_value` uniform values of its own (twice the
+    numbers in float64); loads: the tensors `inputs` there (broadcast), in the
+    draws' dtype."""
+    val, device = val if val is not None else out_val(node), node_device(g, node)
     if val.dtype not in dtypes:
         raise Unsupported(f"random {val.dtype} numbers")
     dtype = F64 if val.dtype == F64 else F32

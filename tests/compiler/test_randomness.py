@@ -173,6 +173,27 @@ def test_float64_numbers_have_53_bits(device, capture):
     assert e.min() > 0 and torch.isfinite(e).all() and abs(e.mean() - 0.5) < SIGMAS * 0.5 / math.sqrt(n)
 
 
+def test_rrelu_in_training_draws_its_slopes(device, capture):
+    """RReLU is ours: in training each value at or below 0 takes a slope uniform in
+    [lower, upper), the others pass, and the backward multiplies by the same
+    slopes; out of training it is a leaky relu of the mean slope."""
+    x = torch.randn(4096, 33, device=device, requires_grad=True)
+    with capture() as cap:
+        y = compiled(lambda x: F.rrelu(x, 0.1, 0.3, training=True))(x)
+        y.sum().backward()
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    negative = x.detach() <= 0
+    slopes = y.detach()[negative] / x.detach()[negative]
+    assert torch.equal(y.detach()[~negative], x.detach()[~negative])
+    assert 0.1 <= slopes.min() and slopes.max() < 0.3 + 1e-6
+    assert abs(slopes.double().mean() - 0.2) < SIGMAS * 0.2 / math.sqrt(12 * slopes.numel())
+    torch.testing.assert_close(x.grad[negative], slopes)
+    assert torch.equal(x.grad[~negative], torch.ones_like(x.grad[~negative]))
+    with capture() as cap:  # out of training: a leaky relu of the mean slope
+        y = compiled(lambda x: F.rrelu(x, 0.1, 0.3, training=False))(x.detach())
+    assert not cap.fallbacks and torch.allclose(y, F.leaky_relu(x.detach(), 0.2)), cap.fallbacks
+
+
 def test_sampling_by_the_gumbel_max_trick(device, capture):
     """argmax(probs / exponential_): gpt-fast's sample without a sync is one
     reduction kernel; picks follow the probabilities, never one of probability 0."""
