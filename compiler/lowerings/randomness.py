@@ -18,7 +18,8 @@ import torch
 from .. import ir
 from ..graph import Lazy, View
 from ..index import contiguous_strides, linear_index
-from .extern import node_device
+from . import reduction
+from .extern import _to_ref, node_device
 from .registry import Unsupported, broadcast_load, is_tensor, make_pointwise, origins_of, out_val, register
 
 aten = torch.ops.aten
@@ -131,6 +132,50 @@ def exponential(g, node, x, lambd=1.0, *, generator=None):
     without a sync), where a 0 would pick an entry of probability 0."""
     _own_generator(generator)
     return _random(g, node, lambda draw: _num("mul", _log1m(draw.open_uniform()), -1.0 / lambd))
+
+
+@register(aten.multinomial.default)
+def multinomial(g, node, probs, num_samples, replacement=False, *, generator=None):
+    """One sample of each row: the argmax of p / e, e exponential (the exponential
+    race: entry j wins with chance p_j / sum p), in one reduction kernel. Rows
+    with a negative, infinite or NaN entry, or summing to 0, fail an assert, as
+    eager's checks (on a GPU, a device-side assert, as eager's kernel's)."""
+    _own_generator(generator)
+    if num_samples != 1 or not probs.dtype.is_floating_point or probs.ndim not in (1, 2):
+        raise Unsupported("multinomial of more than one sample a row")
+    sample = out_val(node)
+    last = probs.ndim - 1
+    dtype = F64 if probs.dtype == F64 else F32
+    race = _random(g, node, lambda draw, p: ir.op("truediv", p, _num("mul", _log1m(draw.open_uniform()), -1.0),
+                                                    dtype=p.dtype),
+                   inputs=[probs], val=torch.empty(probs.size, dtype=dtype, device="meta"))
+    picks = reduction.reduce(g, node, race, [last], "argmax", torch.int64, tuple(sample.shape))
+    _assert_a_distribution(g, node, probs, last)
+    return picks
+
+
+def _assert_a_distribution(g, node, probs, last: int) -> None:
+    """An assert, run with the call, that each row of probs is a distribution (row
+    reductions beside the sampling one, then one over the rows)."""
+    rows = probs.size[:last] + (1,)
+    entries = Lazy(probs.size, torch.bool, lambda idx: _a_chance(ir.cast(probs.load(idx), F32)), probs.origins)
+    chances = reduction.reduce(g, node, entries, [last], "all", torch.bool, rows)
+    sums = reduction.reduce(g, node, probs, [last], "sum", F32, rows)
+    row_ok = Lazy(rows, torch.bool, lambda idx: ir.op("logical_and", chances.load(idx), ir.op(
+        "gt", sums.load(idx), ir.const(0.0, F32), dtype=torch.bool), dtype=torch.bool), probs.origins)
+    both = reduction.reduce(g, node, row_ok, list(range(len(rows))), "all", torch.bool, ())
+    message = "multinomial: probability tensor contains either `inf`, `nan` or element < 0, or a row sums to 0"
+    args = (_to_ref(g, both), message)  # realized first: it takes a name
+    g.effects.append(g.register(ir.ExternCall(
+        name=g.new_name(), size=(), stride=(), dtype=torch.float32, device=g.device, target=aten._assert_async.msg,
+        args=args, outputs=0, origins=(node.name,), origin_ops=g.ops_of((node.name,)),
+        kind="extern", reason="the check that the probabilities are a distribution")))
+
+
+def _a_chance(p: ir.Expr) -> ir.Expr:
+    """Whether p is a chance: finite, not negative (NaN is not)."""
+    finite = ir.op("logical_not", ir.op("isinf", p, dtype=torch.bool), dtype=torch.bool)
+    return ir.op("logical_and", ir.op("ge", p, ir.const(0.0, p.dtype), dtype=torch.bool), finite, dtype=torch.bool)
 
 
 @register(aten.bernoulli.p)

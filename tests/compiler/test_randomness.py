@@ -205,6 +205,34 @@ def test_sampling_by_the_gumbel_max_trick(device, capture):
     assert counts[1] == 0 and all(near(c, 50000, p) for c, p in zip(counts, [0.1, 0.0, 0.2, 0.7]) if p), counts
 
 
+def test_multinomial_is_a_reduction_that_checks_its_rows(device, capture):
+    """torch.multinomial(p, 1) (nanoGPT's sample) is the exponential race, the argmax
+    of p / e, in one reduction kernel beside its checks: picks follow the weights
+    (1, 0, 2, 7, not normalized), never one of weight 0, and a 1-D p gives one pick.
+    A negative, NaN or infinite weight, or a row of zeros, raises, as in eager (on
+    the CPU: on a GPU it is a device-side assert, as eager's, which ends the
+    process's CUDA context)."""
+    sample = compiled(lambda w: torch.multinomial(w, 1))
+    weights = torch.tensor([1.0, 0.0, 2.0, 7.0], device=device).repeat(50000, 1)
+    with capture() as cap:
+        picks = sample(weights)
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    assert [k.kind for k in cap.kernels] == ["reduction"] * 2, cap.kernels  # over each row, then over the rows
+    assert picks.shape == (50000, 1) and picks.dtype == torch.int64
+    counts = torch.bincount(picks.flatten(), minlength=4).tolist()
+    assert counts[1] == 0 and all(near(c, 50000, p) for c, p in zip(counts, [0.1, 0.0, 0.2, 0.7]) if p), counts
+    assert sample(weights[0]).shape == (1,)
+    if device.type == "cuda":
+        return
+    for row, value in [(3, -0.1), (5, float("nan")), (7, float("inf")), (9, 0.0)]:
+        bad = weights.clone()
+        bad[row, 2] = value
+        if value == 0:  # a row of zeros
+            bad[row] = 0
+        with pytest.raises(RuntimeError, match="probability tensor contains"):
+            sample(bad)
+
+
 def test_a_seed_repeats_a_call_and_calls_differ(device):
     f = compiled(lambda x: F.dropout(x, 0.5, training=True) + torch.rand_like(x))
     x = torch.randn(4097, device=device)
