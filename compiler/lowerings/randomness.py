@@ -137,9 +137,10 @@ def exponential(g, node, x, lambd=1.0, *, generator=None):
 @register(aten.multinomial.default)
 def multinomial(g, node, probs, num_samples, replacement=False, *, generator=None):
     """One sample of each row: the argmax of p / e, e exponential (the exponential
-    race: entry j wins with chance p_j / sum p), in one reduction kernel. Rows
-    with a negative, infinite or NaN entry, or summing to 0, fail an assert, as
-    eager's checks (on a GPU, a device-side assert, as eager's kernel's)."""
+    race: entry j wins with chance p_j / sum p, as ATen's own path for one sample),
+    in one reduction kernel. Rows with a negative, infinite or NaN entry, or
+    summing to 0, fail an assert (_assert_async: on a GPU a device-side assert, as
+    eager's for the entries; eager finds a row of zeros with a sync)."""
     _own_generator(generator)
     if num_samples != 1 or not probs.dtype.is_floating_point or probs.ndim not in (1, 2):
         raise Unsupported("multinomial of more than one sample a row")

@@ -210,8 +210,8 @@ def test_multinomial_is_a_reduction_that_checks_its_rows(device, capture):
     of p / e, in one reduction kernel beside its checks: picks follow the weights
     (1, 0, 2, 7, not normalized), never one of weight 0, and a 1-D p gives one pick.
     A negative, NaN or infinite weight, or a row of zeros, raises, as in eager (on
-    the CPU: on a GPU it is a device-side assert, as eager's, which ends the
-    process's CUDA context)."""
+    the CPU: on a GPU it is a device-side assert, which ends the process's CUDA
+    context)."""
     sample = compiled(lambda w: torch.multinomial(w, 1))
     weights = torch.tensor([1.0, 0.0, 2.0, 7.0], device=device).repeat(50000, 1)
     with capture() as cap:
