@@ -144,6 +144,7 @@ def multinomial(g, node, probs, num_samples, replacement=False, *, generator=Non
     _own_generator(generator)
     if num_samples != 1 or not probs.dtype.is_floating_point or probs.ndim not in (1, 2):
         raise Unsupported("multinomial of more than one sample a row")
+    _check(0 < probs.size[-1] <= 2**24, f"multinomial over {probs.size[-1]} categories")
     sample = out_val(node)
     last = probs.ndim - 1
     dtype = F64 if probs.dtype == F64 else F32
