@@ -131,7 +131,7 @@ def exponential(g, node, x, lambd=1.0, *, generator=None):
     Gumbel-max trick divides by (argmax(probs / exponential), gpt-fast's sample
     without a sync), where a 0 would pick an entry of probability 0."""
     _own_generator(generator)
-    return _random(g, node, lambda draw: _num("mul", _log1m(draw.open_uniform()), -1.0 / lambd))
+    return _random(g, node, lambda draw: _exponential(draw, lambd))
 
 
 @register(aten.multinomial.default)
@@ -142,14 +142,15 @@ def multinomial(g, node, probs, num_samples, replacement=False, *, generator=Non
     summing to 0, fail an assert (_assert_async: on a GPU a device-side assert, as
     eager's for the entries; eager finds a row of zeros with a sync)."""
     _own_generator(generator)
-    if num_samples != 1 or not probs.dtype.is_floating_point or probs.ndim not in (1, 2):
+    if num_samples != 1:
         raise Unsupported("multinomial of more than one sample a row")
+    if not probs.dtype.is_floating_point or probs.ndim not in (1, 2):
+        raise Unsupported(f"multinomial of a {probs.ndim}-d {probs.dtype} tensor (ATen refuses it)")
     _check(0 < probs.size[-1] <= 2**24, f"multinomial over {probs.size[-1]} categories")
     sample = out_val(node)
     last = probs.ndim - 1
     dtype = F64 if probs.dtype == F64 else F32
-    race = _random(g, node, lambda draw, p: ir.op("truediv", p, _num("mul", _log1m(draw.open_uniform()), -1.0),
-                                                    dtype=p.dtype),
+    race = _random(g, node, lambda draw, p: ir.op("truediv", p, _exponential(draw), dtype=p.dtype),
                    inputs=[probs], val=torch.empty(probs.size, dtype=dtype, device="meta"))
     picks = reduction.reduce(g, node, race, [last], "argmax", torch.int64, tuple(sample.shape))
     _assert_a_distribution(g, node, probs, last)
@@ -246,6 +247,11 @@ def _num(name: str, a: ir.Expr, b: float) -> ir.Expr:
 
 def _unary(name: str, a: ir.Expr) -> ir.Expr:
     return ir.op(name, a, dtype=a.dtype)
+
+
+def _exponential(draw, lambd: float = 1.0) -> ir.Expr:
+    """-log(1 - u) / lambd, u in (0, 1): never 0, never inf."""
+    return _num("mul", _log1m(draw.open_uniform()), -1.0 / lambd)
 
 
 def _log1m(u: ir.Expr) -> ir.Expr:
