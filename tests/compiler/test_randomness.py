@@ -322,11 +322,12 @@ def _row_draws(x):
 @pytest.mark.parametrize("form", ["block", "rows", "looped rows", "tile"])
 def test_cpp_and_triton_draw_the_same_numbers(form):
     """One generator on both CPU targets (number n is word n % 4 of Philox4x32-10's
-    counter n // 4): a kernel's numbers do not depend on the codegen that rendered it
-    (normal values to the ulps of each one's log and cos). A 1-D Triton block, or a
-    reduction's rows (held whole or looped over), draw 4 numbers a Philox call (_philox_words, for values of one
-    or two numbers; the interpreter's 1-D blocks hold 2^16 elements, so here 2, the
-    second partial); a 2-D tile (here for a transpose) draws each by itself (_philox)."""
+    counter n // 4): a kernel's numbers do not depend on the codegen that rendered
+    it (normal values to the ulps of each one's log and cos). A 1-D Triton block, or
+    a reduction's rows (held whole or looped over), draw 4 numbers a Philox call
+    (_philox_words, for values of one or two numbers; the interpreter's 1-D blocks
+    hold 2^16 elements, so here 2, the second partial); a 2-D tile (here for a
+    transpose) draws each by itself (_philox)."""
     pytest.importorskip("triton")
     fn, args = {"block": (lambda x: (torch.rand_like(x), torch.randn_like(x)), (torch.zeros(2**16 + 1001),)),
                 "rows": (_row_draws, (torch.randn(67, 132),)),
