@@ -62,7 +62,7 @@ def uniform(g, node, x, low=0.0, high=1.0, *, generator=None):
 
     def value(draw):
         t = draw.dtype
-        v = ir.cast(ir.cast(_num("add", _num("mul", draw.uniform(), high - low), low), dtype), t)
+        v = ir.cast(ir.cast(_affine(draw.uniform(), high - low, low), dtype), t)
         return ir.op("where", ir.op("ge", v, ir.const(float(high), t), dtype=torch.bool), ir.const(float(low), t), v,
                      dtype=t)
     return _random(g, node, value)
@@ -81,7 +81,7 @@ def randn_like(g, node, x, **kwargs):
 @register(aten.normal_functional.default)
 def normal(g, node, x, mean=0.0, std=1.0, *, generator=None):
     _own_generator(generator)
-    return _random(g, node, lambda draw: _num("add", _num("mul", _normal(draw), std), mean), per_value=2)
+    return _random(g, node, lambda draw: _affine(_normal(draw), std, mean), per_value=2)
 
 
 @register(aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor, aten.normal.float_float)
@@ -96,7 +96,7 @@ def normal_of_tensors(g, node, mean, std=1.0, size=None, *, generator=None, **kw
     def value(draw, *loads):
         tensor_loads = iter(loads)
         m, s = (next(tensor_loads) if is_tensor(v) else ir.const(float(v), draw.dtype) for v in (mean, std))
-        return ir.op("add", ir.op("mul", _normal(draw), s, dtype=draw.dtype), m, dtype=draw.dtype)
+        return _affine(_normal(draw), s, m)
     return _random(g, node, value, per_value=2, inputs=tensors)
 
 
@@ -104,7 +104,7 @@ def normal_of_tensors(g, node, mean, std=1.0, size=None, *, generator=None, **kw
 def log_normal(g, node, x, mean=1.0, std=2.0, *, generator=None):
     """exp(mean + std * a standard normal value)."""
     _own_generator(generator)
-    return _random(g, node, lambda draw: _unary("exp", _num("add", _num("mul", _normal(draw), std), mean)), per_value=2)
+    return _random(g, node, lambda draw: _same("exp", _affine(_normal(draw), std, mean)), per_value=2)
 
 
 @register(aten.cauchy.default)
@@ -112,7 +112,7 @@ def cauchy(g, node, x, median=0.0, sigma=1.0, *, generator=None):
     """median + sigma * tan(pi * (u - 1/2)), as ATen's."""
     _own_generator(generator)
     angle = lambda draw: _num("mul", _num("sub", draw.uniform(), 0.5), math.pi)  # noqa: E731
-    return _random(g, node, lambda draw: _num("add", _num("mul", _unary("tan", angle(draw)), sigma), median))
+    return _random(g, node, lambda draw: _affine(_same("tan", angle(draw)), sigma, median))
 
 
 @register(aten.geometric.default)
@@ -121,8 +121,8 @@ def geometric(g, node, x, p, *, generator=None):
     log(1 - p)), u in (0, 1), as ATen's (which takes p in (0, 1) only)."""
     _own_generator(generator)
     _check(0 < p < 1, f"geometric with p = {p}")
-    tries = lambda draw: _num("mul", _unary("log", draw.open_uniform()), 1 / math.log1p(-p))  # noqa: E731
-    return _random(g, node, lambda draw: _unary("ceil", tries(draw)))
+    tries = lambda draw: _num("mul", _same("log", draw.open_uniform()), 1 / math.log1p(-p))  # noqa: E731
+    return _random(g, node, lambda draw: _same("ceil", tries(draw)))
 
 
 @register(aten.exponential.default)
@@ -213,15 +213,12 @@ def rrelu_with_noise(g, node, x, noise, lower=1 / 8, upper=1 / 3, training=False
                 make_pointwise(g, node, lambda n: n, [noise], out_dtype=kept.dtype, size=kept.shape))
 
     def slope(draw, v):
-        r = _num("add", _num("mul", draw.uniform(), upper - lower), lower)
+        r = _affine(draw.uniform(), upper - lower, lower)
         return ir.op("where", ir.op("le", v, ir.const(0.0, v.dtype), dtype=torch.bool), r, ir.const(1.0, r.dtype),
                      dtype=r.dtype)
     slopes = _random(g, node, slope, inputs=[x], val=values)
-    return make_pointwise(g, node, _times, [x, slopes], out_dtype=values.dtype, size=values.shape), slopes
-
-
-def _times(a: ir.Expr, b: ir.Expr) -> ir.Expr:
-    return ir.op("mul", a, b, dtype=a.dtype)
+    return make_pointwise(g, node, lambda a, r: _same("mul", a, r), [x, slopes], out_dtype=values.dtype,
+                          size=values.shape), slopes
 
 
 @register(aten.randint.low, aten.randint.default, aten.randint_like.low_dtype, aten.randint_like.default)
@@ -245,8 +242,16 @@ def _num(name: str, a: ir.Expr, b: float) -> ir.Expr:
     return ir.op(name, a, ir.const(float(b), a.dtype), dtype=a.dtype)
 
 
-def _unary(name: str, a: ir.Expr) -> ir.Expr:
-    return ir.op(name, a, dtype=a.dtype)
+def _same(name: str, a: ir.Expr, *more: ir.Expr) -> ir.Expr:
+    """op `name` of a (and more), in a's dtype."""
+    return ir.op(name, a, *more, dtype=a.dtype)
+
+
+def _affine(x: ir.Expr, scale, shift) -> ir.Expr:
+    """x * scale + shift, each of them a number or a value in x's dtype."""
+    def value(v):
+        return v if isinstance(v, ir.Expr) else ir.const(float(v), x.dtype)
+    return _same("add", _same("mul", x, value(scale)), value(shift))
 
 
 def _exponential(draw, lambd: float = 1.0) -> ir.Expr:
@@ -256,14 +261,14 @@ def _exponential(draw, lambd: float = 1.0) -> ir.Expr:
 
 def _log1m(u: ir.Expr) -> ir.Expr:
     """log(1 - u), finite for u in [0, 1)."""
-    return _unary("log", ir.op("sub", ir.const(1.0, u.dtype), u, dtype=u.dtype))
+    return _same("log", ir.op("sub", ir.const(1.0, u.dtype), u, dtype=u.dtype))
 
 
 def _normal(draw) -> ir.Expr:
     """A standard normal value by Box-Muller, of two uniform numbers."""
-    radius = _unary("sqrt", _num("mul", _log1m(draw.uniform()), -2.0))
+    radius = _same("sqrt", _num("mul", _log1m(draw.uniform()), -2.0))
     angle = _num("mul", draw.uniform(), 2 * math.pi)
-    return ir.op("mul", radius, _unary("cos", angle), dtype=radius.dtype)
+    return ir.op("mul", radius, _same("cos", angle), dtype=radius.dtype)
 
 
 def _check(valid: bool, what: str) -> None:

@@ -42,11 +42,11 @@ def sort_stable(g, node, x, *, stable=None, dim=-1, descending=False):
 def topk(g, node, x, k, dim=-1, largest=True, sorted=True):
     # topk(1) is one reduction, where a sort would hold the row in one block (and
     # fall back to ATen past TRITON_MAX_SORTED on a GPU): of equal values the first
-    if k == 1 and largest and x.ndim and 0 not in x.size:
-        # max and argmax fused (NaN the largest, as in topk and in max)
-        return reduction.extremes_and_positions(g, node, x, dim, "max")
-    if k == 1 and x.ndim and 0 not in x.size and x.dtype in PACKABLE and x.dtype != torch.bool:
-        return _smallest(g, node, x, dim % x.ndim)
+    if k == 1 and x.ndim and 0 not in x.size:
+        if largest:  # max and argmax fused (NaN the largest, as in topk and in max)
+            return reduction.extremes_and_positions(g, node, x, dim, "max")
+        if x.dtype in PACKABLE and x.dtype != torch.bool:
+            return _smallest(g, node, x, dim % x.ndim)
     return sorted_rows(g, node, x, dim, largest, k)
 
 
