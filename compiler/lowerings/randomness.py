@@ -153,19 +153,20 @@ def multinomial(g, node, probs, num_samples, replacement=False, *, generator=Non
     race = _random(g, node, lambda draw, p: ir.op("truediv", p, _exponential(draw), dtype=p.dtype),
                    inputs=[probs], val=torch.empty(probs.size, dtype=dtype, device="meta"))
     picks = reduction.reduce(g, node, race, [last], "argmax", torch.int64, tuple(sample.shape))
-    _assert_a_distribution(g, node, probs, last)
+    _assert_a_distribution(g, node, probs, last, dtype)
     return picks
 
 
-def _assert_a_distribution(g, node, probs, last: int) -> None:
+def _assert_a_distribution(g, node, probs, last: int, dtype: torch.dtype) -> None:
     """An assert, run with the call, that each row of probs is a distribution (row
-    reductions beside the sampling one, then one over the rows)."""
+    reductions beside the sampling one, then one over the rows), checked in dtype
+    (float64 for float64 weights: a float32 would make 1e300 inf)."""
     rows = probs.size[:last] + (1,)
-    entries = Lazy(probs.size, torch.bool, lambda idx: _a_chance(ir.cast(probs.load(idx), F32)), probs.origins)
+    entries = Lazy(probs.size, torch.bool, lambda idx: _a_chance(ir.cast(probs.load(idx), dtype)), probs.origins)
     chances = reduction.reduce(g, node, entries, [last], "all", torch.bool, rows)
-    sums = reduction.reduce(g, node, probs, [last], "sum", F32, rows)
+    sums = reduction.reduce(g, node, probs, [last], "sum", dtype, rows)
     row_ok = Lazy(rows, torch.bool, lambda idx: ir.op("logical_and", chances.load(idx), ir.op(
-        "gt", sums.load(idx), ir.const(0.0, F32), dtype=torch.bool), dtype=torch.bool), probs.origins)
+        "gt", sums.load(idx), ir.const(0.0, dtype), dtype=torch.bool), dtype=torch.bool), probs.origins)
     both = reduction.reduce(g, node, row_ok, list(range(len(rows))), "all", torch.bool, ())
     message = "multinomial: probability tensor contains either `inf`, `nan` or element < 0, or a row sums to 0"
     args = (_to_ref(g, both), message)  # realized first: it takes a name

@@ -208,7 +208,8 @@ def test_sampling_by_the_gumbel_max_trick(device, capture):
 def test_multinomial_is_a_reduction_that_checks_its_rows(device, capture):
     """torch.multinomial(p, 1) (nanoGPT's sample) is the exponential race, the argmax
     of p / e, in one reduction kernel beside its checks: picks follow the weights
-    (1, 0, 2, 7, not normalized), never one of weight 0, and a 1-D p gives one pick.
+    (1, 0, 2, 7, not normalized), never one of weight 0, and a 1-D p gives one pick;
+    float64 weights are checked in float64.
     A negative, NaN or infinite weight, or a row of zeros, raises, as in eager (on
     the CPU: on a GPU it is a device-side assert, which ends the process's CUDA
     context)."""
@@ -222,6 +223,8 @@ def test_multinomial_is_a_reduction_that_checks_its_rows(device, capture):
     counts = torch.bincount(picks.flatten(), minlength=4).tolist()
     assert counts[1] == 0 and all(near(c, 50000, p) for c, p in zip(counts, [0.1, 0.0, 0.2, 0.7]) if p), counts
     assert sample(weights[0]).shape == (1,)
+    huge = torch.tensor([[1e300, 0.0, 2e300]], device=device, dtype=torch.float64)  # finite in float64 only
+    assert sample(huge).item() in (0, 2)
     if device.type == "cuda":
         return
     for row, value in [(3, -0.1), (5, float("nan")), (7, float("inf")), (9, 0.0)]:
