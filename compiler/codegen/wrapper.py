@@ -32,7 +32,9 @@ class WrapperCode:
         self.taken: set[str] = set()  # inputs whose storage a kernel's output took over
 
     def stash(self, value, prefix="const") -> str:
-        name = f"{prefix}{len(self.ns)}"
+        """A name for `value` in the wrapper's namespace: underscored, as no buffer's
+        is (a graph's constant const4 read `const4 = const4`, a local unbound)."""
+        name = f"_{prefix}{len(self.ns)}"
         self.ns[name] = value
         return name
 

@@ -455,6 +455,21 @@ def test_tensor_constants_and_factories(check_compiled):
     no_fallbacks(cap)
 
 
+@pytest.mark.parametrize("before", range(6))
+def test_a_constant_after_any_number_of_buffers(check_compiled, before):
+    """A graph's constant is named by its place among the buffers (const4 after
+    four): the wrapper's own names for the values it holds never take that name
+    (const4 read `const4 = const4`, an unbound local: F.ctc_loss with its lengths
+    written as tensors raised)."""
+    def fn(x):
+        out = x * 2
+        for i in range(before):
+            out = out + x[i % 4].sum() * (i + 1)
+        return out + torch.tensor([3.0, 4.0, 5.0], device=x.device)
+
+    no_fallbacks(check_compiled(fn, rand((4, 3))))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 def test_bucketize_is_a_kernel(check_on_every_target, dtype):
     """bucketize is a binary search over the boundaries (torch._decomp's), one
