@@ -82,12 +82,20 @@ def _binary(name):
 
 def _compare(name):
     def lower(g, node, a, b):
-        cdt = upcast(promote(a, b))
-        if name.startswith("logical"):
-            cdt = torch.bool
+        dtype = promote(a, b)
+        cdt = torch.bool if name.startswith("logical") else upcast(dtype)
+        if cdt != dtype:  # 16-bit floats, compared in float32
+            a, b = (_rounded_to(v, dtype) for v in (a, b))
         return make_pointwise(g, node, lambda x, y: ir.op(name, x, y, dtype=torch.bool), [a, b], compute_dtype=cdt)
 
     return lower
+
+
+def _rounded_to(v, dtype: torch.dtype):
+    """A Python float compared with a 16-bit tensor, rounded to its dtype first,
+    as eager's comparisons do on either device: bfloat16 x == 0.1 holds where x is
+    bfloat16's 0.1 (pytorch#173987)."""
+    return float(torch.tensor(v, dtype=dtype)) if isinstance(v, float) else v
 
 
 def _predicate(name):

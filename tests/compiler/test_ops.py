@@ -204,6 +204,24 @@ def test_scalar_arguments(check_compiled, dtype):
     run_family(check_compiled, SCALAR, [a], min_ops=5)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
+def test_16_bit_values_compare_with_a_python_float_rounded_to_their_dtype(check_compiled, dtype):
+    """A comparison with a Python float rounds it to the tensor's dtype first, as
+    eager does on either device: x == 0.1 holds where x is the dtype's 0.1, and
+    x > 0.4 fails where x is the dtype's 0.4 (in float32 against 0.4 both flipped).
+    hardshrink compares so too; the values on either side of each float are there."""
+    points = torch.tensor([0.1, 0.4, 1 / 3, -0.4], dtype=dtype)
+    step = torch.finfo(dtype).eps
+    x = torch.cat([points, points * (1 + step), points * (1 - step), torch.randn(50).to(dtype)])
+    table = {
+        "eq": lambda a: a == 0.1, "ne": lambda a: a != 1 / 3, "gt": lambda a: a > 0.4, "ge": lambda a: a >= -0.4,
+        "lt": lambda a: a < 1 / 3, "le": lambda a: a <= 0.4, "where": lambda a: torch.where(a > 0.4, a, -a),
+        "hardshrink": lambda a: F.hardshrink(a, 0.4),
+    }
+    fns = list(table.values())
+    check_compiled(lambda a: tuple(f(a) for f in fns), x, names=list(table), tol=dict(rtol=0, atol=0))
+
+
 @pytest.mark.parametrize("src", FLOATS, ids=dtype_id)
 def test_float_conversions_round_as_aten(check_compiled, src):
     """Every conversion between float dtypes gives ATen's bits, rounding to nearest
