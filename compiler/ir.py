@@ -89,8 +89,17 @@ def const(value, dtype: torch.dtype) -> Expr:
     elif dtype == torch.bool:
         value = bool(value)
     else:
-        value = int(value)
+        value = _wrapped(int(value), dtype)
     return Expr("const", (value,), dtype)
+
+
+def _wrapped(value: int, dtype: torch.dtype) -> int:
+    """An integer as `dtype` holds it, wrapped as ATen casts a Python int to it: in
+    uint8 x > -1 compares with 255, in int8 x < 300 with 44 (C++ compared with -1
+    and 300 as ints; Triton refused a constant out of its type's range)."""
+    bits = 8 * dtype.itemsize
+    value %= 1 << bits
+    return value - (1 << bits) if dtype.is_signed and value >= 1 << (bits - 1) else value
 
 
 def index_value(expr: sympy.Expr, dtype=torch.int64) -> Expr:

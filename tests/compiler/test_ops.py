@@ -222,6 +222,24 @@ def test_16_bit_values_compare_with_a_python_float_rounded_to_their_dtype(check_
     check_compiled(lambda a: tuple(f(a) for f in fns), x, names=list(table), tol=dict(rtol=0, atol=0))
 
 
+def test_python_ints_out_of_an_integer_dtypes_range_wrap_into_it(check_compiled):
+    """A Python int meeting a narrower integer tensor is cast to its dtype first, as
+    in ATen (300 is 44 in int8, -1 is 255 in uint8): comparisons and divisions see
+    the wrapped value (C++ compared with the int itself) and Triton takes the
+    constant (it refused one out of the type's range)."""
+    torch.manual_seed(5)
+    i8 = torch.randint(-128, 128, (97,), dtype=torch.int8)
+    u8 = torch.randint(0, 256, (97,), dtype=torch.uint8)
+    i16 = torch.randint(-30000, 30000, (97,), dtype=torch.int16)
+    table = {
+        "i8 + 200": lambda a, b, c: a + 200, "i16 * 70000": lambda a, b, c: c * 70000, "u8 - 257": lambda a, b, c: b - 257,
+        "i8 < 300": lambda a, b, c: a < 300, "u8 > -1": lambda a, b, c: b > -1, "u8 == 257": lambda a, b, c: b == 257,
+        "i8 // 300": lambda a, b, c: a // 300, "i16 % 70000": lambda a, b, c: c % 70000,
+    }
+    fns = list(table.values())
+    check_compiled(lambda *t: tuple(f(*t) for f in fns), i8, u8, i16, names=list(table))
+
+
 @pytest.mark.parametrize("src", FLOATS, ids=dtype_id)
 def test_float_conversions_round_as_aten(check_compiled, src):
     """Every conversion between float dtypes gives ATen's bits, rounding to nearest
