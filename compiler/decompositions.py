@@ -3,6 +3,7 @@ want as primitives we can fuse (softmax, norms, gelu), taken from torch._decomp.
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
@@ -97,95 +98,121 @@ def _native_dropout(x, p: float, train: bool | None):
     return keep * x * float(1.0 / (1.0 - p)), keep
 
 
-def _pair(v) -> tuple[int, int]:
+def _ntuple(v, n: int) -> tuple[int, ...]:
     v = list(v) if isinstance(v, (list, tuple)) else [v]
-    return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
+    return tuple(v) * n if len(v) == 1 else tuple(v)
 
 
 class _Windows:
-    """A 2-D pooling's geometry, as ATen computes it: window o starts at o * stride
-    - padding and reads kernel elements `dilation` apart; the input is padded on
-    both sides so that every window lies inside it. rows [oh, kh, 1, 1] and cols
-    [ow, kw] index the padded input: affine, so the windows are read directly
+    """A pooling's geometry over the last n dims (2 or 3), as ATen computes it:
+    window o starts at o * stride - padding and reads kernel elements `dilation`
+    apart; the input is padded on both sides so that every window lies inside it.
+    idx[d] ([out, kernel] then a pair of 1s for each dim after d) indexes dim d
+    of the padded input: affine, so the windows are read directly
     (lowerings.indexing._affine_forms)."""
 
-    def __init__(self, size, kernel_size, stride, padding, dilation, ceil_mode, device):
+    def __init__(self, size, kernel_size, stride, padding, dilation, ceil_mode, device, n: int = 2):
         from torch._meta_registrations import pooling_output_shape
 
-        k, s, p, dl = _pair(kernel_size), _pair(stride or kernel_size), _pair(padding), _pair(dilation)
-        self.size, self.kernel, self.padding, self.dilation = tuple(size[-2:]), k, p, dl
-        self.out = [pooling_output_shape(n, k[d], p[d], s[d], dl[d], ceil_mode) for d, n in enumerate(self.size)]
+        k, s, p, dl = (_ntuple(v, n) for v in (kernel_size, stride or kernel_size, padding, dilation))
+        self.n, self.size, self.kernel, self.padding, self.dilation = n, tuple(size[-n:]), k, p, dl
+        self.out = [pooling_output_shape(m, k[d], p[d], s[d], dl[d], ceil_mode) for d, m in enumerate(self.size)]
         self.pad = [(p[d], max(0, (self.out[d] - 1) * s[d] + (k[d] - 1) * dl[d] + 1 - self.size[d] - p[d]))
-                    for d in range(2)]
-        self.starts = [torch.arange(self.out[d], device=device) * s[d] for d in range(2)]
-        steps = [torch.arange(k[d], device=device) * dl[d] for d in range(2)]
-        self.rows = (self.starts[0][:, None] + steps[0]).view(self.out[0], k[0], 1, 1)
-        self.cols = self.starts[1][:, None] + steps[1]
+                    for d in range(n)]
+        self.starts = [torch.arange(self.out[d], device=device) * s[d] for d in range(n)]
+        self.idx = [(self.starts[d][:, None] + torch.arange(k[d], device=device) * dl[d]).view(
+            self.out[d], k[d], *[1] * (2 * (n - 1 - d))) for d in range(n)]
 
     def windows(self, x, fill=0.0):
-        """x's windows, [..., oh, kh, ow, kw]."""
-        return torch.nn.functional.pad(x, [*self.pad[1], *self.pad[0]], value=fill)[..., self.rows, self.cols]
+        """x's windows, [..., o0, k0, o1, k1, ...]."""
+        pads = [q for d in reversed(range(self.n)) for q in self.pad[d]]
+        return torch.nn.functional.pad(x, pads, value=fill)[(..., *self.idx)]
+
+    def per_window(self, t, d: int):
+        """A [out[d]] tensor broadcast over the windows' output dims [o0, o1, ...]."""
+        return t.view(-1, *[1] * (self.n - 1 - d))
 
     def divisor(self, count_include_pad: bool, divisor_override):
-        """avg_pool2d's divisor of each window: its extent clipped to the input and
+        """avg_pool's divisor of each window: its extent clipped to the input and
         its padding (count_include_pad), or to the input alone, or divisor_override."""
         if divisor_override:
             return divisor_override
-        extents = []
-        for d in range(2):
+        total = 1
+        for d in range(self.n):
             lo = self.starts[d] - self.padding[d]
             hi = torch.clamp(lo + self.kernel[d], max=self.size[d] + self.padding[d])
-            extents.append(hi - lo if count_include_pad else torch.clamp(hi, max=self.size[d]) - torch.clamp(lo, min=0))
-        return extents[0][:, None] * extents[1]
+            extent = hi - lo if count_include_pad else torch.clamp(hi, max=self.size[d]) - torch.clamp(lo, min=0)
+            total = total * self.per_window(extent, d)
+        return total
+
+
+def _max_pool_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False, n: int = 2):
+    """The max of each window (padded with -inf) and where it is, as an index into
+    the input's plane (volume); NaN wins, as in eager. Floats only (ATen takes the rest)."""
+    if not x.dtype.is_floating_point:
+        return NotImplemented
+    w = _Windows(x.shape, kernel_size, stride, padding, dilation, ceil_mode, x.device, n)
+    lead = x.ndim - n
+    order = [*range(lead), *(lead + 2 * d for d in range(n)), *(lead + 2 * d + 1 for d in range(n))]
+    windows = w.windows(x, float("-inf")).permute(order).flatten(-n)  # [..., o0, o1, ..., k0 * k1 * ...]
+    values, at = windows.max(-1)
+    flat = 0
+    for d in range(n):
+        inner = math.prod(w.kernel[d + 1:])
+        pos = w.per_window(w.starts[d] - w.padding[d], d) + at // inner % w.kernel[d] * w.dilation[d]
+        flat = flat * w.size[d] + pos
+    return values, flat
 
 
 def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    """The max of each window (padded with -inf) and where it is, as an index into
-    the input's plane; NaN wins, as in eager. Floats only (ATen takes the rest)."""
-    if not x.dtype.is_floating_point:
-        return NotImplemented
-    w = _Windows(x.shape, kernel_size, stride, padding, dilation, ceil_mode, x.device)
-    kw = w.kernel[1]
-    windows = w.windows(x, float("-inf")).movedim(-3, -2).flatten(-2)  # [..., oh, ow, kh * kw]
-    values, at = windows.max(-1)
-    rows = (w.starts[0] - w.padding[0])[:, None] + at // kw * w.dilation[0]
-    cols = (w.starts[1] - w.padding[1]) + at % kw * w.dilation[1]
-    return values, rows * w.size[1] + cols
+    return _max_pool_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode, 2)
+
+
+def _max_pool3d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode, 3)
 
 
 def _max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
-    return _scatter_to_maxima(grad, x, indices)
+    return _scatter_to_maxima(grad, x, indices, 2)
 
 
-def _scatter_to_maxima(grad, x, indices):
+def _max_pool3d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    return _scatter_to_maxima(grad, x, indices, 3)
+
+
+def _scatter_to_maxima(grad, x, indices, n: int = 2):
     """A max pooling's backward: each window's gradient added at its max (a
     scatter over the windows). Also adaptive_max_pool2d's."""
     acc = upcast(x.dtype)
-    plane = x.new_zeros((*x.shape[:-2], x.shape[-2] * x.shape[-1]), dtype=acc)
-    plane = plane.scatter_add(-1, indices.flatten(-2), grad.flatten(-2).to(acc))
+    plane = x.new_zeros((*x.shape[:-n], math.prod(x.shape[-n:])), dtype=acc)
+    plane = plane.scatter_add(-1, indices.flatten(-n), grad.flatten(-n).to(acc))
     return plane.view(x.shape).to(x.dtype)
 
 
-def _avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
-    """avg_pool2d as the sums of windows read through affine indices (one fused
+def _avg_pool(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None,
+              n: int = 2):
+    """avg_pool as the sums of windows read through affine indices (one fused
     kernel: lowerings.indexing._affine_forms), over ATen's divisors; 16-bit inputs
     summed in float32, as eager does."""
-    w = _Windows(x.shape, kernel_size, stride, padding, 1, ceil_mode, x.device)
+    w = _Windows(x.shape, kernel_size, stride, padding, 1, ceil_mode, x.device, n)
     acc = upcast(x.dtype)
-    return (w.windows(x).sum((-3, -1), dtype=acc) / w.divisor(count_include_pad, divisor_override)).to(x.dtype)
+    kernel_dims = tuple(-2 * n + 1 + 2 * d for d in range(n))
+    return (w.windows(x).sum(kernel_dims, dtype=acc) / w.divisor(count_include_pad, divisor_override)).to(x.dtype)
 
 
-def _avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+def _avg_pool_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
+                       n: int = 2):
     """Each window's gradient over its divisor, added into the elements it read (a
     scatter over the windows), the padding then cut away."""
-    w = _Windows(x.shape, kernel_size, stride, padding, 1, ceil_mode, x.device)
+    w = _Windows(x.shape, kernel_size, stride, padding, 1, ceil_mode, x.device, n)
     acc = upcast(x.dtype)
-    share = (grad.to(acc) / w.divisor(count_include_pad, divisor_override))[..., :, None, :, None]
-    (top, bottom), (left, right) = w.pad
-    padded = x.new_zeros((*x.shape[:-2], x.shape[-2] + top + bottom, x.shape[-1] + left + right), dtype=acc)
-    lead = [None] * (x.ndim - 2)
-    padded = aten.index_put(padded, [*lead, w.rows, w.cols], share, True)
-    return padded[..., top:top + x.shape[-2], left:left + x.shape[-1]].to(x.dtype)
+    share = grad.to(acc) / w.divisor(count_include_pad, divisor_override)
+    share = share.view(*share.shape[:-n], *[e for o in share.shape[-n:] for e in (o, 1)])  # [..., o0, 1, o1, 1, ...]
+    padded = x.new_zeros((*x.shape[:-n], *(m + sum(q) for m, q in zip(w.size, w.pad))), dtype=acc)
+    lead = [None] * (x.ndim - n)
+    padded = aten.index_put(padded, [*lead, *w.idx], share, True)
+    crop = tuple(slice(q[0], q[0] + m) for m, q in zip(w.size, w.pad))
+    return padded[(..., *crop)].to(x.dtype)
 
 
 class _AdaptiveWindows:
@@ -262,8 +289,11 @@ def decomposition_table() -> dict:
     # pooling, ours (torch._decomp has max_pool2d's only from torch 2.12 on)
     table[aten.max_pool2d_with_indices.default] = _max_pool2d_with_indices
     table[aten.max_pool2d_with_indices_backward.default] = _max_pool2d_with_indices_backward
-    table[aten.avg_pool2d.default] = _avg_pool2d
-    table[aten.avg_pool2d_backward.default] = _avg_pool2d_backward
+    table[aten.max_pool3d_with_indices.default] = _max_pool3d_with_indices
+    table[aten.max_pool3d_with_indices_backward.default] = _max_pool3d_with_indices_backward
+    for n, forward, backward in ((2, aten.avg_pool2d, aten.avg_pool2d_backward), (3, aten.avg_pool3d, aten.avg_pool3d_backward)):
+        table[forward.default] = functools.partial(_avg_pool, n=n)
+        table[backward.default] = functools.partial(_avg_pool_backward, n=n)
     table[aten._adaptive_avg_pool2d_backward.default] = _adaptive_avg_pool2d_backward
     table[aten.adaptive_max_pool2d.default] = _adaptive_max_pool2d
     table[aten.adaptive_max_pool2d_backward.default] = _scatter_to_maxima

@@ -584,6 +584,10 @@ POOLS = {
     "adaptive avg 1": lambda x: F.adaptive_avg_pool2d(x, 1),
     "adaptive max (5, 7)": lambda x: F.adaptive_max_pool2d(x, (5, 7)),
     "adaptive max (13, 1)": lambda x: F.adaptive_max_pool2d(x, (13, 1)),
+    "3d max 3 s2 p1": lambda x: F.max_pool3d(x, 3, 2, 1),
+    "3d max 2 ceil dilated": lambda x: F.max_pool3d(x, 2, 1, 1, dilation=2, ceil_mode=True),
+    "3d avg 3 s2 p1 ceil, pads not counted": lambda x: F.avg_pool3d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+    "3d avg divisor_override": lambda x: F.avg_pool3d(x, (2, 3, 2), (1, 2, 2), (1, 1, 0), divisor_override=3),
 }
 
 
@@ -594,10 +598,12 @@ def test_pooling_and_its_backward_are_ours(target, case):
     backward) and adaptive_max_pool2d (ours) are kernels of ours, forward and
     backward, on odd sizes; a window's elements are read through affine indices,
     so the padded input is computed where read: without grad, pooling is one
-    kernel (before: ATen ran all of them)."""
+    kernel (before: ATen ran all of them). So are max_pool3d and avg_pool3d (the
+    same windows over three dims; ATen's before)."""
     torch.manual_seed(11)
     device = "cuda" if target == "cuda" else "cpu"
-    x = torch.randn(2, 3, 13, 37, device=device, requires_grad=True)  # rows of outputs wider than 8 lanes
+    shape = (2, 3, 7, 9, 11) if case.startswith("3d") else (2, 3, 13, 37)  # rows of outputs wider than 8 lanes
+    x = torch.randn(shape, device=device, requires_grad=True)
     cap = compare_a_step(target, lambda x: (POOLS[case](x).sin() * 3).sum(), x)
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
     torch._dynamo.reset()
@@ -607,5 +613,5 @@ def test_pooling_and_its_backward_are_ours(target, case):
         pooled = torch.compile(POOLS[case], backend="fusion")(y)
     torch.testing.assert_close(pooled, POOLS[case](y), equal_nan=True, **TOL)
     assert len(cap.kernels) == 1 and not cap.fallbacks, ([k.name for k in cap.kernels], cap.fallbacks)
-    if target == "cpp" and "adaptive" not in case:  # a window's few values: vectorized over the outputs
+    if target == "cpp" and "adaptive" not in case and "3d" not in case:  # a window's few values: vectorized over the outputs
         assert "xi < xn" in cap.kernels[0].source
