@@ -407,6 +407,8 @@ def index_put(g, node, x, indices, values, accumulate=False):
     positions = [k for k, t in enumerate(indices) if t is not None]
     if not positions:
         raise Unsupported("index_put with no index tensors")
+    if any(indices[k].dtype == torch.bool for k in positions):
+        return _put_where_masked(g, node, x, indices, values, accumulate)
     ks = _window_pattern(node.args[1], positions, x) if accumulate else None
     if ks is None:
         return _scatter(g, node, x, indices, values, accumulate)
@@ -425,6 +427,29 @@ def index_put(g, node, x, indices, values, accumulate=False):
     summed = reduction.reduce(g, node, Lazy(size, values.dtype, windows, origins), list(range(x.ndim, len(size))), "sum")
     cdt = upcast(val.dtype)
     return make_pointwise(g, node, lambda a, b: ir.op("add", a, b, dtype=cdt), [x, summed], compute_dtype=cdt)
+
+
+def _put_where_masked(g, node, x, indices, values, accumulate: bool) -> Lazy:
+    """x[mask] = v (or += v) for one value and a mask over some of x's dims (x[:,
+    mask] too): a select (an add), x's shape kept; the elements the mask picks
+    never need counting (how many there are is data: any other boolean index_put
+    is ATen's)."""
+    from .views import reshape_value
+
+    at = next(k for k, t in enumerate(indices) if t is not None)
+    mask = indices[at]
+    if (len(indices) != at + 1 or tuple(mask.size) != tuple(x.size[at:at + mask.ndim])
+            or math.prod(values.size) != 1):
+        raise Unsupported("boolean mask index_put other than x[..., mask] = one value")
+    mask = reshape_value(mask, (1,) * at + tuple(mask.size) + (1,) * (x.ndim - at - mask.ndim))
+    one = reshape_value(values, ())
+    cdt = upcast(x.dtype)
+    if accumulate:
+        zero = ir.const(0, cdt)
+        return make_pointwise(g, node, lambda m, v, a: ir.op("add", a, ir.op("where", m, v, zero, dtype=cdt), dtype=cdt),
+                              [mask, one, x], compute_dtype=[torch.bool, cdt, cdt])
+    return make_pointwise(g, node, lambda m, v, a: ir.op("where", m, v, a, dtype=cdt), [mask, one, x],
+                          compute_dtype=[torch.bool, cdt, cdt])
 
 
 def _scatter(g, node, x, indices, values, accumulate: bool) -> View:

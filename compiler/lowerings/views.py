@@ -88,7 +88,13 @@ def view(g, node, x, size):
 
 @register(aten.view.dtype)
 def view_dtype(g, node, x, dtype):
-    raise Unsupported("bit reinterpretation")
+    """x's bits read as another dtype of the same size (float32 as int32, bfloat16
+    as int16): each element bitcast. Other sizes (and bool) are left to ATen."""
+    if dtype == x.dtype:
+        return x
+    if dtype.itemsize != x.dtype.itemsize or torch.bool in (dtype, x.dtype):
+        raise Unsupported(f"bit reinterpretation of {x.dtype} as {dtype}, of another size")
+    return Lazy(tuple(x.size), dtype, lambda idx: ir.bitcast(x.load(idx), dtype), x.origins)
 
 
 @register(aten.permute.default, aten.permute_copy.default)

@@ -455,6 +455,55 @@ def test_tensor_constants_and_factories(check_compiled):
     no_fallbacks(cap)
 
 
+def test_same_size_bit_views_are_bitcasts(check_compiled):
+    """x.view(dtype) of a dtype of the same size reads each element's bits as it
+    (float32 as int32, bfloat16 as int16, float16 as bfloat16), in the kernel: a
+    sign bit cleared, bfloat16's next value, floats built from their bits.
+    A view to another size is left to ATen, saying so."""
+    torch.manual_seed(4)
+    f, b, h = rand((6, 37)), rand((6, 37), torch.bfloat16), rand((6, 37), torch.float16)
+    bits = torch.randint(0x3F000000, 0x40000000, (6, 37), dtype=torch.int32)  # floats in [0.5, 2)
+    table = {
+        "abs by bits": lambda f, b, h, i: ((f * 2).view(torch.int32) & 0x7FFFFFFF).view(torch.float32),
+        "next bfloat16": lambda f, b, h, i: (b.view(torch.int16) + 1).view(torch.bfloat16).float(),
+        "float16 as bfloat16": lambda f, b, h, i: h.view(torch.bfloat16).float() * 0 + h.view(torch.int16),
+        "floats from bits": lambda f, b, h, i: (i + 3).view(torch.float32) * 2,
+    }
+    fns = list(table.values())
+    no_fallbacks(check_compiled(lambda *a: tuple(fn(*a) for fn in fns), f, b, h, bits, names=list(table)))
+    cap = check_compiled(lambda f: f.view(torch.uint8).float().mean(), f)
+    assert [f.op for f in cap.fallbacks] == ["aten.view.dtype"] and "another size" in cap.fallbacks[0].reason
+
+
+def test_a_boolean_mask_put_of_one_value_is_a_select(check_compiled):
+    """x[mask] = v (x[:, mask] too, and index_put_ accumulating) for one value is a
+    select in one kernel, x's shape kept: how many elements the mask picks is
+    data, and never needed. A vector of values (as many as picked) is ATen's."""
+    torch.manual_seed(6)
+    x = rand((6, 37))
+    x[1, 2] = float("nan")
+
+    def put(t):
+        t = t.clone()
+        t[t > 1] = 0.0
+        t[:, t[0] < 0] = -5.0
+        t[t.isnan()] = 7.0
+        t.index_put_((t[:, 0] < -1,), torch.tensor(3, dtype=t.dtype, device=t.device), accumulate=True)
+        return t
+
+    for dtype in (torch.float32, torch.bfloat16, torch.int32):
+        cap = check_compiled(put, (x * 3).to(dtype))
+        no_fallbacks(cap)
+        assert len(cap.kernels) == 1, [k.name for k in cap.kernels]
+
+    def vector(t, v):
+        t[t > 0] = v
+        return t
+
+    cap = check_compiled(vector, x, torch.randn(int((x > 0).sum())))
+    assert [f.op for f in cap.fallbacks] == ["aten.index_put.default"], cap.fallbacks
+
+
 @pytest.mark.parametrize("before", range(6))
 def test_a_constant_after_any_number_of_buffers(check_compiled, before):
     """A graph's constant is named by its place among the buffers (const4 after
