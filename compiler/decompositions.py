@@ -137,12 +137,12 @@ class _Windows:
         its padding (count_include_pad), or to the input alone, or divisor_override."""
         if divisor_override:
             return divisor_override
-        total = 1
+        total = None
         for d in range(self.n):
             lo = self.starts[d] - self.padding[d]
             hi = torch.clamp(lo + self.kernel[d], max=self.size[d] + self.padding[d])
             extent = hi - lo if count_include_pad else torch.clamp(hi, max=self.size[d]) - torch.clamp(lo, min=0)
-            total = total * self.per_window(extent, d)
+            total = self.per_window(extent, d) if total is None else total * self.per_window(extent, d)
         return total
 
 
@@ -156,11 +156,13 @@ def _max_pool_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, cei
     order = [*range(lead), *(lead + 2 * d for d in range(n)), *(lead + 2 * d + 1 for d in range(n))]
     windows = w.windows(x, float("-inf")).permute(order).flatten(-n)  # [..., o0, o1, ..., k0 * k1 * ...]
     values, at = windows.max(-1)
-    flat = 0
+    flat = None
     for d in range(n):
         inner = math.prod(w.kernel[d + 1:])
-        pos = w.per_window(w.starts[d] - w.padding[d], d) + at // inner % w.kernel[d] * w.dilation[d]
-        flat = flat * w.size[d] + pos
+        offset = at // inner if inner > 1 else at  # the window's position along dim d
+        offset = offset % w.kernel[d] if d else offset
+        pos = w.per_window(w.starts[d] - w.padding[d], d) + offset * w.dilation[d]
+        flat = pos if flat is None else flat * w.size[d] + pos
     return values, flat
 
 
