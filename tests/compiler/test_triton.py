@@ -1394,6 +1394,7 @@ def test_gpu_kernels_compile_in_worker_processes():
 ACROSS_DEVICES = {
     "0-d CPU input": (lambda x, s: x * s + 1, lambda x: (x, torch.tensor(2.5))),
     "0-d CPU constant": (lambda x: x * torch.tensor(3.0) + 1, lambda x: (x,)),
+    "x[mask] = constant": (lambda x: x.clone().index_put_((x > 0,), torch.tensor(0.5)), lambda x: (x,)),
     "CPU input moved in": (lambda x, y: (x + y.to(x.device)).sin(), lambda x: (x, torch.randn(x.shape[-1]))),
     "CPU indices": (lambda x, i: x[i] * 2, lambda x: (x, torch.randperm(x.shape[0]))),
     "result moved out": (lambda x: (x * 2).cpu() + 1, lambda x: (x,)),
@@ -1408,10 +1409,14 @@ def test_kernels_read_only_the_graphs_device(case):
     which eager lets into any op, CPU indices, a CPU input moved in) is copied
     over first, and an op on the CPU runs in ATen: our kernels read a CPU
     pointer before (an illegal memory access). With CUDA graphs on, such a
-    graph is not captured (host copies cannot be) and keeps its results."""
+    graph is not captured (host copies cannot be) and keeps its results. A
+    one-element CPU constant (torch.tensor(3.0) in the code, or the value of
+    x[mask] = 0.5) is a constant of the kernel: no copy, no ATen."""
     fn, make = ACROSS_DEVICES[case]
     args = make(rand(37, 5, device="cuda"))
-    check(fn, *args)
+    cap = check(fn, *args)
+    if "constant" in case:
+        assert not cap.externs and not cap.fallbacks, (cap.externs, cap.fallbacks)
     torch._dynamo.reset()
     with config.patch(cuda_graphs=True):
         compiled = torch.compile(fn, backend="fusion")
