@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 from .. import ir
 from ..graph import Lazy
@@ -95,7 +96,10 @@ def _rounded_to(v, dtype: torch.dtype):
     """A Python float compared with a 16-bit tensor, rounded to its dtype first,
     as eager's comparisons do on either device: bfloat16 x == 0.1 holds where x is
     bfloat16's 0.1 (pytorch#173987)."""
-    return float(torch.tensor(v, dtype=dtype)) if isinstance(v, float) else v
+    if not isinstance(v, float):
+        return v
+    with _disable_current_modes():  # lowering runs under fake tensors; this one is real
+        return float(torch.tensor(v, dtype=dtype))
 
 
 def _predicate(name):
