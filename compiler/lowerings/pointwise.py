@@ -51,6 +51,8 @@ PREDICATE = {aten.isnan: "isnan", aten.isinf: "isinf", aten.signbit: "signbit", 
 
 def _unary(name):
     def lower(g, node, x, **kwargs):
+        if name == "round" and set(kwargs) == {"decimals"} and out_val(node).dtype.is_floating_point:
+            return make_pointwise(g, node, lambda a: _round_decimals(a, kwargs["decimals"]), [x])
         if kwargs:
             raise Unsupported(f"{name} with {', '.join(kwargs)}")
         if name == "bitwise_not" and out_val(node).dtype == torch.bool:
@@ -60,6 +62,15 @@ def _unary(name):
         return make_pointwise(g, node, _op(name), [x])
 
     return lower
+
+
+def _round_decimals(a, decimals: int):
+    """ATen's round(decimals=d): to nearest even at 10^-d, scaled by 10^|d| in the
+    compute dtype (x * 10^d rounded, over 10^d; or x / 10^-d rounded, times 10^-d)."""
+    scale = ir.const(float(10.0 ** abs(decimals)), a.dtype)
+    if decimals < 0:
+        return ir.op("mul", ir.op("round", ir.op("truediv", a, scale, dtype=a.dtype), dtype=a.dtype), scale, dtype=a.dtype)
+    return ir.op("truediv", ir.op("round", ir.op("mul", a, scale, dtype=a.dtype), dtype=a.dtype), scale, dtype=a.dtype)
 
 
 # on bool, arithmetic is logic (C++ would compute true + true == 2)
