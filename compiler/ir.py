@@ -46,16 +46,7 @@ class Expr:
         )
 
     def __repr__(self):
-        if self.op == "load":
-            ind = "".join(f", {s}={e!r}" for s, e in self.args[2])
-            return f"load({self.args[0]}, {sympy_str(self.args[1])}{ind})"
-        if self.op == "const":
-            return repr(self.args[0])
-        if self.op == "index":
-            return f"index({sympy_str(self.args[0])})"
-        if self.op == "cast":
-            return f"to_{str(self.dtype).replace('torch.', '')}({self.args[0]!r})"
-        return f"{self.op}({', '.join(map(repr, self.args))})"
+        return text(self)
 
     def walk(self, known=()):
         """Every distinct sub-expression, producers before consumers. Values in
@@ -330,6 +321,39 @@ def reading_as(buf: "ComputedBuffer | None"):
         yield
     finally:
         _reader.reset(token)
+
+
+# the longest text of an expression: one that shares sub-expressions (an unrolled
+# binary search's, each step reading the last twice) doubles its text with each
+# step (bucketize over 33 boundaries spent 3 minutes writing its IR line)
+TEXT_LIMIT = 4000
+
+
+def text(e: Expr, limit: int = TEXT_LIMIT) -> str:
+    """`e` written out, each shared sub-expression written once and every text cut
+    to about `limit` characters (with an ellipsis)."""
+    memo: dict[int, str] = {}
+
+    def go(x) -> str:
+        if not isinstance(x, Expr):
+            return repr(x)
+        if id(x) in memo:
+            return memo[id(x)]
+        if x.op == "load":
+            ind = "".join(f", {s}={go(ie)}" for s, ie in x.args[2])
+            out = f"load({x.args[0]}, {sympy_str(x.args[1])}{ind})"
+        elif x.op == "const":
+            out = repr(x.args[0])
+        elif x.op == "index":
+            out = f"index({sympy_str(x.args[0])})"
+        elif x.op == "cast":
+            out = f"to_{str(x.dtype).replace('torch.', '')}({go(x.args[0])})"
+        else:
+            out = f"{x.op}({', '.join(map(go, x.args))})"
+        memo[id(x)] = out = out if len(out) <= limit else out[:limit] + "…"
+        return out
+
+    return go(e)
 
 
 def describe_buffer(buf: Buffer) -> str:

@@ -504,6 +504,21 @@ def test_a_boolean_mask_put_of_one_value_is_a_select(check_compiled):
     assert [f.op for f in cap.fallbacks] == ["aten.index_put.default"], cap.fallbacks
 
 
+def test_a_long_binary_search_compiles(check_compiled):
+    """bucketize over 1025 boundaries is 11 unrolled steps, each reading the last
+    twice: its expression is a DAG whose written-out text doubled with each step
+    (over 17 boundaries the IR line was 31.8 MB, over 33 the compile took 3
+    minutes). Shared parts are written once and each text is cut: lines stay short."""
+    from compiler.ir import TEXT_LIMIT
+
+    torch.manual_seed(7)
+    for n in (17, 1025):
+        boundaries = torch.sort(torch.randn(n))[0]
+        cap = check_compiled(lambda x, b: torch.bucketize(x, b), rand((64,)), boundaries)
+        no_fallbacks(cap)
+        assert max(len(line) for line in cap.graphs[0].ir.splitlines()) < TEXT_LIMIT + 200
+
+
 @pytest.mark.parametrize("before", range(6))
 def test_a_constant_after_any_number_of_buffers(check_compiled, before):
     """A graph's constant is named by its place among the buffers (const4 after
