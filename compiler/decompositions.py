@@ -217,6 +217,30 @@ def _avg_pool_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_i
     return padded[(..., *crop)].to(x.dtype)
 
 
+def _searchsorted(sorted_sequence, values, *, out_int32=False, right=False, side=None, sorter=None):
+    """Where each value would go in sorted_sequence (the first element >= it, or >
+    it with right): a 1-D sequence is torch._decomp's bucketize; rows of them (an
+    inverse-CDF sample, each row its own) a binary search too, every value stepping
+    at once, each reading its row's middle element by a gather. With a sorter, ATen's."""
+    if sorter is not None:
+        return NotImplemented
+    right = right or side == "right"
+    dtype = torch.int32 if out_int32 else torch.int64
+    if sorted_sequence.ndim == 1:
+        return aten.bucketize(values, sorted_sequence, out_int32=out_int32, right=right)
+    n = sorted_sequence.shape[-1]
+    start = torch.zeros(values.shape, dtype=torch.int64, device=values.device)
+    end = start + n
+    for _ in range(n.bit_length()):
+        mid = (start + end) // 2
+        found = torch.gather(sorted_sequence, -1, mid.clamp(max=max(n - 1, 0)))
+        after = (found <= values) if right else (found < values)
+        searching = start < end
+        start = torch.where(searching & after, mid + 1, start)
+        end = torch.where(searching & ~after, mid, end)
+    return start.to(dtype)
+
+
 class _AdaptiveWindows:
     """An adaptive pooling's windows: window o spans [o * n // out, ceil((o + 1) *
     n / out)) of a dim of n, as in ATen, each read `longest` long (clamped to the
@@ -300,6 +324,7 @@ def decomposition_table() -> dict:
     table[aten.adaptive_max_pool2d.default] = _adaptive_max_pool2d
     table[aten.adaptive_max_pool2d_backward.default] = _scatter_to_maxima
     table[aten.grid_sampler_2d.default] = _grid_sampler_2d
+    table[aten.searchsorted.Tensor] = _searchsorted
     for op in _KEEP:
         table.pop(op, None)
     return table

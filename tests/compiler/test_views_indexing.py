@@ -519,6 +519,30 @@ def test_a_long_binary_search_compiles(check_compiled):
         assert max(len(line) for line in cap.graphs[0].ir.splitlines()) < TEXT_LIMIT + 200
 
 
+def test_searchsorted_rows_are_a_binary_search(check_compiled):
+    """searchsorted over rows (an inverse-CDF sample: each row its own CDF) is a
+    binary search in one kernel, every value stepping at once, left or right, as
+    int64 or int32; a 1-D sequence is bucketize's. Values equal to an element,
+    below the first and past the last. A sorter is left to ATen."""
+    torch.manual_seed(8)
+    cdf = torch.rand(7, 33).cumsum(-1)
+    cdf = cdf / cdf[:, -1:]
+    u = torch.rand(7, 5)
+    u[0, 0], u[1] = cdf[0, 3], torch.tensor([0.0, 1.0, 2.0, -1.0, float(cdf[1, 10])])
+    table = {
+        "left": lambda c, v, s: torch.searchsorted(c, v), "right": lambda c, v, s: torch.searchsorted(c, v, right=True),
+        "side right, int32": lambda c, v, s: torch.searchsorted(c, v, side="right", out_int32=True),
+        "1-D": lambda c, v, s: torch.searchsorted(s, v), "bfloat16": lambda c, v, s: torch.searchsorted(c.bfloat16(), v.bfloat16()),
+    }
+    fns = list(table.values())
+    sorted_1d = torch.sort(torch.randn(50))[0]
+    cap = check_compiled(lambda *a: tuple(f(*a) for f in fns), cdf, u, sorted_1d, names=list(table))
+    no_fallbacks(cap)
+    assert len(cap.kernels) == 1, [k.name for k in cap.kernels]
+    cap = check_compiled(lambda c, v, i: torch.searchsorted(c, v, sorter=i), cdf.flip(-1), u, torch.arange(32, -1, -1).repeat(7, 1))
+    assert [f.op for f in cap.fallbacks] == ["aten.searchsorted.Tensor"]
+
+
 @pytest.mark.parametrize("before", range(6))
 def test_a_constant_after_any_number_of_buffers(check_compiled, before):
     """A graph's constant is named by its place among the buffers (const4 after
