@@ -330,8 +330,8 @@ TEXT_LIMIT = 4000
 
 
 def text(e: Expr, limit: int = TEXT_LIMIT) -> str:
-    """`e` written out, each shared sub-expression written once and every text cut
-    to about `limit` characters (with an ellipsis)."""
+    """`e` written out, each shared sub-expression's text built once and every
+    text cut to about `limit` characters (with an ellipsis)."""
     memo: dict[int, str] = {}
 
     def go(x) -> str:

@@ -508,7 +508,8 @@ def test_a_long_binary_search_compiles(check_compiled):
     """bucketize over 1025 boundaries is 11 unrolled steps, each reading the last
     twice: its expression is a DAG whose written-out text doubled with each step
     (over 17 boundaries the IR line was 31.8 MB, over 33 the compile took 3
-    minutes). Shared parts are written once and each text is cut: lines stay short."""
+    minutes). Shared parts are written out once each and every text is cut: lines
+    stay short."""
     from compiler.ir import TEXT_LIMIT
 
     torch.manual_seed(7)
