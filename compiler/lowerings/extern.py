@@ -56,10 +56,21 @@ def call_aten(g, node, args, kwargs, kind, reason="", target=None, fx_args=None)
             else:
                 outs.append(None)
         return tuple(outs)
-    if val is None:  # a check (F.one_hot's range check): it runs where eager ran it, and may raise
-        g.effects.append(g.register(ir.ExternCall(name=g.new_name(), size=(), stride=(), dtype=torch.float32, outputs=0, **common)))
+    if val is None:  # a check (F.one_hot's range check)
+        run_for_effect(g, node, common["target"], call_args, call_kwargs, kind, reason)
         return None
     raise NotImplementedError(f"{node.target} returns {type(val).__name__}, which cannot be lowered or called")
+
+
+def run_for_effect(g, node, target, args, kwargs=None, kind="extern", reason="") -> None:
+    """A call run for what it does, not for a value (an assert): it runs where
+    eager ran it, and may raise. A computed argument is realized first (it takes
+    a name)."""
+    args = tuple(_to_ref(g, a) for a in args)  # before the call takes its name: its arguments come first
+    origins = (node.name,)
+    g.effects.append(g.register(ir.ExternCall(
+        name=g.new_name(), size=(), stride=(), dtype=torch.float32, outputs=0, device=g.device, target=target,
+        args=args, kwargs=dict(kwargs or {}), origins=origins, origin_ops=g.ops_of(origins), kind=kind, reason=reason)))
 
 
 def _on(g, device: torch.device) -> torch.device:

@@ -19,7 +19,7 @@ from .. import ir
 from ..graph import Lazy, View
 from ..index import contiguous_strides, linear_index
 from . import reduction
-from .extern import _to_ref, node_device
+from .extern import node_device, run_for_effect
 from .registry import Unsupported, broadcast_load, is_tensor, make_pointwise, origins_of, out_val, register
 
 aten = torch.ops.aten
@@ -169,11 +169,8 @@ def _assert_a_distribution(g, node, probs, last: int, dtype: torch.dtype) -> Non
         "gt", sums.load(idx), ir.const(0.0, dtype), dtype=torch.bool), dtype=torch.bool), probs.origins)
     both = reduction.reduce(g, node, row_ok, list(range(len(rows))), "all", torch.bool, ())
     message = "multinomial: probability tensor contains either `inf`, `nan` or element < 0, or a row sums to 0"
-    args = (_to_ref(g, both), message)  # realized first: it takes a name
-    g.effects.append(g.register(ir.ExternCall(
-        name=g.new_name(), size=(), stride=(), dtype=torch.float32, device=g.device, target=aten._assert_async.msg,
-        args=args, outputs=0, origins=(node.name,), origin_ops=g.ops_of((node.name,)),
-        kind="extern", reason="the check that the probabilities are a distribution")))
+    run_for_effect(g, node, aten._assert_async.msg, (both, message),
+                   reason="the check that the probabilities are a distribution")
 
 
 def _a_chance(p: ir.Expr) -> ir.Expr:
