@@ -52,7 +52,10 @@ PREDICATE = {aten.isnan: "isnan", aten.isinf: "isinf", aten.signbit: "signbit", 
 def _unary(name):
     def lower(g, node, x, **kwargs):
         if name == "round" and set(kwargs) == {"decimals"} and out_val(node).dtype.is_floating_point:
-            return make_pointwise(g, node, lambda a: _round_decimals(a, kwargs["decimals"]), [x])
+            # CUDA's kernel computes in a 16-bit tensor's dtype, each step rounding to it
+            dtype = out_val(node).dtype
+            step = dtype if g.device.type == "cuda" and dtype.itemsize == 2 else None
+            return make_pointwise(g, node, lambda a: _round_decimals(a, kwargs["decimals"], step), [x])
         if kwargs:
             raise Unsupported(f"{name} with {', '.join(kwargs)}")
         if name == "bitwise_not" and out_val(node).dtype == torch.bool:
@@ -64,13 +67,24 @@ def _unary(name):
     return lower
 
 
-def _round_decimals(a, decimals: int):
-    """ATen's round(decimals=d): to nearest even at 10^-d, scaled by 10^|d| in the
-    compute dtype (x * 10^d rounded, over 10^d; or x / 10^-d rounded, times 10^-d)."""
-    scale = ir.const(float(10.0 ** abs(decimals)), a.dtype)
+def _round_decimals(a, decimals: int, step_dtype: torch.dtype | None = None):
+    """ATen's round(decimals=d): to nearest even at 10^-d (x * 10^d rounded, over
+    10^d; or x / 10^-d rounded, times 10^-d), in the compute dtype. With
+    `step_dtype` (CUDA's kernel for 16-bit tensors), 10^|d| and the scaled value
+    round to it first: a float16 of 16344 scaled by 10 is inf there, not 163440."""
+    ten_pow = float(10.0 ** abs(decimals))
+    if step_dtype is not None:
+        ten_pow = _rounded_to(ten_pow, step_dtype)
+
+    def stepped(e):
+        return e if step_dtype is None else ir.cast(ir.cast(e, step_dtype), a.dtype)
+
+    scale = ir.const(ten_pow, a.dtype)
     if decimals < 0:
-        return ir.op("mul", ir.op("round", ir.op("truediv", a, scale, dtype=a.dtype), dtype=a.dtype), scale, dtype=a.dtype)
-    return ir.op("truediv", ir.op("round", ir.op("mul", a, scale, dtype=a.dtype), dtype=a.dtype), scale, dtype=a.dtype)
+        scaled = stepped(ir.op("truediv", a, scale, dtype=a.dtype))
+        return ir.op("mul", ir.op("round", scaled, dtype=a.dtype), scale, dtype=a.dtype)
+    scaled = stepped(ir.op("mul", a, scale, dtype=a.dtype))
+    return ir.op("truediv", ir.op("round", scaled, dtype=a.dtype), scale, dtype=a.dtype)
 
 
 # on bool, arithmetic is logic (C++ would compute true + true == 2)

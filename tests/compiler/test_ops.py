@@ -224,9 +224,10 @@ def test_16_bit_values_compare_with_a_python_float_rounded_to_their_dtype(check_
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=dtype_id)
 def test_round_to_decimals_is_atens(check_compiled, target, dtype):
-    """round(decimals=d) scales by 10^|d| in the compute dtype and rounds to
-    nearest even, as ATen: ties, tiny and huge values, NaN and negative d. On the
-    CPU, bit for bit; a GPU's Triton divides within 2 ulp."""
+    """round(decimals=d) scales by 10^|d| and rounds to nearest even, as ATen:
+    ties, tiny and huge values, NaN and negative d. ATen's CUDA kernel rounds a
+    16-bit tensor's scaled value to its dtype (float16 16344 * 10 is inf there), its
+    CPU kernel does not. On the CPU, bit for bit; a GPU's Triton divides within 2 ulp."""
     torch.manual_seed(3)
     x = torch.randn(2000, dtype=torch.float64) * torch.logspace(-3, 4, 2000, dtype=torch.float64)
     x[:8] = torch.tensor([0.125, 0.375, 2.5, -2.5, 0.005, 0.015, 1e30, float("nan")])
