@@ -2,6 +2,7 @@
 backward graphs compiled by `compile_graph`."""
 from __future__ import annotations
 
+import copy
 import functools
 import warnings
 
@@ -81,24 +82,54 @@ def _per_shape(gm: torch.fx.GraphModule):
     """Dynamo traced with symbolic sizes (a second shape came by). Our kernels
     are built for fixed sizes: each set of sizes, strides and dtypes a call
     brings compiles once, from this graph, as Dynamo would with dynamic=False
-    (minus its recompiles of the Python around the graph). Past
-    `config.max_shapes` shapes, new ones run the graph uncompiled."""
+    (minus its recompiles of the Python around the graph). A Python float that
+    Dynamo passed as a tensor to read with .item() is a constant too, as Dynamo
+    makes it without dynamic=True. Past `config.max_shapes` such keys, new ones
+    run the graph uncompiled."""
     compiled: dict = {}
     uncompiled: dict = {}
+    scalars = _read_with_item(gm)
 
     def call(*args):
         key = (torch.is_grad_enabled(),) + tuple(
             (tuple(x.shape), tuple(x.stride()), x.dtype, x.device, x.requires_grad) if isinstance(x, torch.Tensor) else x
-            for x in args)
+            for x in args) + tuple(args[i].item() for i in scalars)
         fn = compiled.get(key) or uncompiled.get(key)
         if fn is None:
             if len(compiled) < config.max_shapes:
-                fn = compiled[key] = _aot()(gm, list(args))
+                fn = compiled[key] = _aot()(_with_values(gm, {i: args[i].item() for i in scalars}), list(args))
             else:
                 fn = uncompiled[key] = _uncompiled(gm, args, len(compiled))
         return fn(*args)
 
     return call
+
+
+def _read_with_item(gm: torch.fx.GraphModule) -> list[int]:
+    """Positions of the inputs the graph reads with .item() (a Python float under
+    dynamic=True): fake tensors cannot give AOTAutograd their values."""
+    inputs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return [i for i, n in enumerate(inputs) if any(_is_item(u) for u in n.users)]
+
+
+def _is_item(node: torch.fx.Node) -> bool:
+    return node.op == "call_method" and node.target == "item"
+
+
+def _with_values(gm: torch.fx.GraphModule, values: dict[int, float]) -> torch.fx.GraphModule:
+    """A copy of gm where each .item() of the inputs at `values` is that value."""
+    if not values:
+        return gm
+    gm = copy.deepcopy(gm)
+    inputs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, value in values.items():
+        for item in [u for u in inputs[i].users if _is_item(u)]:
+            for user in list(item.users):
+                user.args = torch.fx.node.map_arg(user.args, lambda n: value if n is item else n)
+                user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda n: value if n is item else n)
+            gm.graph.erase_node(item)
+    gm.recompile()
+    return gm
 
 
 def _uncompiled(gm, args, shapes: int):

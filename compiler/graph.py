@@ -277,11 +277,25 @@ class GraphLowering:
     def _outputs(self, node):
         outs = node.args[0]
         flat = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        holders: dict[str, torch.fx.Node] = {}
         for o in flat:
             if not isinstance(o, torch.fx.Node):
                 self.outputs.append(o)
                 continue
-            self.outputs.append(self.realize_output(o))
+            self.outputs.append(self._unshared(o, self.realize_output(o), holders))
+
+    def _unshared(self, node, v, holders: dict):
+        """Output `v`, copied where it lies in a buffer an earlier output holds while
+        eager gives the two separate memory: an identical reduction is lowered once,
+        and sum(1) and sum(1, keepdim=True) came back as one tensor (writing one
+        changed the other)."""
+        if not isinstance(v, View) or isinstance(v.buffer, ir.InputBuffer):
+            return v
+        first = holders.setdefault(v.buffer.name, node)
+        if first is node or _share_memory(first.meta.get("val"), node.meta.get("val")):
+            return v
+        val = node.meta.get("val")
+        return self.realize(Lazy(v.size, v.dtype, v.load, v.origins), tuple(val.stride()) if _dense(val) else None)
 
     def returned_as(self, value):
         """The output node whose value is `value` (a computed value, not yet stored), or None."""
@@ -311,6 +325,15 @@ class GraphLowering:
     # -- reporting -----------------------------------------------------------
     def ir_text(self) -> str:
         return "\n".join(ir.describe_buffer(b) for b in self.buffers)
+
+
+def _share_memory(a, b) -> bool:
+    """Whether two traced (fake) tensors share memory in eager: a view of the other, or one tensor."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return True  # nothing to tell by: leave them as they are
+    return StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage())
 
 
 def _dense(val) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import math
 from typing import Any, Callable, ClassVar, Sequence
 
 import sympy
@@ -77,6 +78,9 @@ def load(buffer: str, index: sympy.Expr, dtype: torch.dtype, indirect: tuple = (
 def const(value, dtype: torch.dtype) -> Expr:
     if dtype.is_floating_point:
         value = float(value)
+        if value == 0 and math.copysign(1.0, value) < 0:
+            # Python has 0.0 == -0.0 (one hash): the mark keeps x / -0.0 from being x / 0.0
+            return Expr("const", (value, "-0"), dtype)
     elif dtype == torch.bool:
         value = bool(value)
     else:

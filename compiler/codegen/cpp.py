@@ -181,13 +181,18 @@ static inline float fusion_cosf(float x, int& out_of_range) {
   out_of_range |= !(std::abs(x) <= FUSION_TRIG_MAX);
   return fusion_trigf(x, 1);
 }
-// An integer division by zero would raise SIGFPE and kill the process: flag it,
-// divide by 1 instead, and let the launcher raise ZeroDivisionError (as ATen does).
-static int fusion_zero_division = 0;
-extern "C" int fusion_take_zero_division() { int e = fusion_zero_division; fusion_zero_division = 0; return e; }
+// What ATen raises on, flagged for the launcher to raise (cpp_backend.FAULTS): an
+// integer division by zero (SIGFPE would kill the process) divides by 1 instead, an
+// index value out of its dim's range (a read past the buffer) reads at 0 instead.
+static int fusion_fault = 0;
+extern "C" int fusion_take_fault() { int e = fusion_fault; fusion_fault = 0; return e; }
 template <typename T> static inline T fusion_nz(T b) {
-  if (b == 0) { __atomic_store_n(&fusion_zero_division, 1, __ATOMIC_RELAXED); return 1; }
+  if (b == 0) { __atomic_store_n(&fusion_fault, 1, __ATOMIC_RELAXED); return 1; }
   return b;
+}
+static inline int64_t fusion_in_range(int64_t i, int64_t n) {
+  if ((uint64_t)i >= (uint64_t)n) { __atomic_store_n(&fusion_fault, 2, __ATOMIC_RELAXED); return 0; }
+  return i;
 }
 // The most negative integer divided by -1 overflows, which also raises SIGFPE:
 // ATen wraps (the quotient is the dividend negated, the remainder 0).
@@ -417,6 +422,8 @@ def _binary(name, a, b, t):
         return f"std::fmax({a}, {b})"
     if name == "fmin":
         return f"std::fmin({a}, {b})"
+    if name == "in_range":
+        return f"fusion_in_range({a}, {b})"
     if not fp and name in ("floordiv", "truncdiv", "remainder", "fmod"):
         b = f"fusion_nz<{CTYPE[t]}>({b})"
     if name == "floordiv":

@@ -17,7 +17,7 @@ def build(name: str, source: str, kernel):
     """Starts the build (a cache miss compiles in the background); `wait` finishes it."""
     lib, path, hit = cpp_build.submit(name, source)
     nargs = source.split(f"void {name}(", 1)[1].split(")", 1)[0].count("__restrict__")
-    return _launcher(name, lib, nargs, checks_division="fusion_nz<" in source), path, hit
+    return _launcher(name, lib, nargs, flags_faults="fusion_nz<" in source or "fusion_in_range(" in source), path, hit
 
 
 def wait(launchers) -> None:
@@ -26,7 +26,7 @@ def wait(launchers) -> None:
         launch.finish()
 
 
-def _launcher(name: str, lib, nargs: int, checks_division: bool):
+def _launcher(name: str, lib, nargs: int, flags_faults: bool):
     """C++ kernels are invisible to torch.profiler: under it, launch inside a range
     named after the kernel (launch counts, traces); otherwise call straight through."""
     profiling = torch._C._autograd._profiler_enabled
@@ -38,8 +38,8 @@ def _launcher(name: str, lib, nargs: int, checks_division: bool):
         fn = getattr(lib.result(), name)
         fn.restype = None
         fn.argtypes = [ctypes.c_void_p] * nargs
-        if checks_division:
-            fn = _raising_on_zero_division(fn, lib.result().fusion_take_zero_division, name)
+        if flags_faults:
+            fn = _raising_on_faults(fn, lib.result().fusion_take_fault, name)
 
     def launch(*args):
         if profiling():
@@ -51,11 +51,20 @@ def _launcher(name: str, lib, nargs: int, checks_division: bool):
     return launch
 
 
-def _raising_on_zero_division(fn, take_flag, name: str):
+# what a kernel's fusion_fault flag holds -> the error ATen raises
+FAULTS = {
+    1: lambda name: ZeroDivisionError(f"integer division by zero in kernel {name}"),
+    2: lambda name: IndexError(f"index out of range in kernel {name}: an index tensor holds a value "
+                               "outside the size of the dim it indexes"),
+}
+
+
+def _raising_on_faults(fn, take_flag, name: str):
     def checked(*args):
         fn(*args)
-        if take_flag():
-            raise ZeroDivisionError(f"integer division by zero in kernel {name}")
+        fault = take_flag()
+        if fault:
+            raise FAULTS[fault](name)
     return checked
 
 

@@ -21,15 +21,18 @@ from .registry import Unsupported, broadcast_load, is_tensor, make_pointwise, or
 aten = torch.ops.aten
 
 
-def _indirect(g, value: ir.Expr, size: int):
-    """A fresh index symbol bound to `value`, negative indices wrapped; or, where
-    the value is a position in the loop (_position), that position, unbound."""
+def _indirect(g, value: ir.Expr, size: int, wraps: bool = True):
+    """A fresh index symbol bound to `value`, negative indices wrapped (unless not
+    `wraps`: gather's are errors) and the result checked to lie in [0, size) (C++
+    raises IndexError, as ATen; Triton takes it unchecked); or, where the value is
+    a position in the loop (_position), that position, unbound."""
     position = _position(value)
     if position is not None and position.is_nonnegative:
         return position, None
-    wrapped = _wrapped(ir.cast(value, torch.int64), size)
+    value = ir.cast(value, torch.int64)
+    checked = ir.op("in_range", _wrapped(value, size) if wraps else value, ir.const(size, torch.int64), dtype=torch.int64)
     g.indirect_count = getattr(g, "indirect_count", 0) + 1
-    return symbol(f"ind{g.indirect_count - 1}"), wrapped
+    return symbol(f"ind{g.indirect_count - 1}"), checked
 
 
 @register(aten.index.Tensor)
@@ -114,7 +117,7 @@ def gather(g, node, x, dim, index_t, *, sparse_grad=False):
     dim = dim % max(x.ndim, 1)
 
     def body(idx):
-        s, e = _indirect(g, index_t.load(list(idx)), x.size[dim])
+        s, e = _indirect(g, index_t.load(list(idx)), x.size[dim], wraps=False)
         full = list(idx)
         full[dim] = s
         return _read(x, full, ((s, e),))

@@ -244,7 +244,8 @@ def scan(g, node, x, dim, rtype, value=None, dtype=None, acc=None):
     """The running `rtype` (sum, prod, max, min, logaddexp) of x along `dim`, into
     a contiguous buffer of x's shape and `dtype` (the node's), accumulated in that
     dtype upcast (float32 for 16-bit floats, as Inductor; eager's CUDA cumsum
-    rounds each partial sum to 16 bits), or in `acc`. `value(idx)`: what is
+    rounds each partial sum to 16 bits; float64 for float32 on a CPU, as eager
+    there), or in `acc`. `value(idx)`: what is
     scanned at x's index idx (default: x's element). Its pointwise producers are
     inlined; it runs in a kernel of its own."""
     dtype = dtype or out_val(node).dtype
@@ -254,6 +255,8 @@ def scan(g, node, x, dim, rtype, value=None, dtype=None, acc=None):
         raise Unsupported("empty scan")
     dim = dim % x.ndim
     cdt = acc or upcast(dtype)
+    if cdt == torch.float32 and g.device.type == "cpu" and rtype != "max" and rtype != "min":
+        cdt = torch.float64  # eager's CPU scans accumulate float32 in double (acc_type<float, false>)
     stride = contiguous_strides(tuple(x.size))
     value = value or (lambda idx: x.load(idx))
 

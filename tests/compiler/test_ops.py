@@ -239,6 +239,79 @@ def test_round_to_decimals_is_atens(check_compiled, target, dtype):
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
 
 
+def test_signed_zero_constants_stay_apart(check_compiled):
+    """0.0 and -0.0 are one value to Python (equal, one hash): as constants of one
+    graph they were one expression, and x / -0.0 came out as x / 0.0."""
+    x = rand((61,), torch.float32)
+    fns = {
+        "x / 0.0": lambda a: a / 0.0, "x / -0.0": lambda a: a / -0.0,
+        "copysign(x, 0.0)": lambda a: torch.copysign(a, 0.0), "copysign(x, -0.0)": lambda a: torch.copysign(a, -0.0),
+        "x * 0.0": lambda a: a * 0.0, "x * -0.0": lambda a: a * -0.0,
+    }
+    check_compiled(lambda a: tuple(f(a) for f in fns.values()), x, names=list(fns), tol=dict(rtol=0, atol=0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=dtype_id)
+def test_float_remainder_is_fmod_moved_into_the_divisors_sign(check_compiled, dtype):
+    """remainder of floats as ATen: fmod, plus the divisor where their signs differ.
+    a - floor(a / b) * b (Triton's form) was NaN for an infinite divisor and lost a
+    big quotient's bits."""
+    torch.manual_seed(2)
+    a = torch.cat([torch.randn(97) * 100, torch.tensor([1.0, -1.0, 5.0, -0.0, 2.5, 1e30])]).to(dtype)
+    b = torch.cat([torch.randn(97) * 3, torch.tensor([float("inf"), float("inf"), -float("inf"), 2.0, 1e-30, 3.0])]).to(dtype)
+    check_compiled(lambda a, b: (torch.remainder(a, b), a % 3.0), a, b, names=["remainder(a, b)", "a % 3.0"],
+                          tol=None if dtype == torch.bfloat16 else dict(rtol=0, atol=0))
+
+
+def test_identical_reductions_return_separate_tensors(check_compiled, target):
+    """An identical reduction is lowered once; returned twice (sum(1) and
+    sum(1, keepdim=True)), it is still two tensors, as in eager: writing one
+    leaves the other. A view of one output returned with it still shares it."""
+    def f(a):
+        y = a * 2
+        return a.sum(1), a.sum(1, keepdim=True), a.amax(1), a.max(1).values, y, y.t()
+
+    a = rand((5, 7), torch.float32)
+    check_compiled(f, a)
+    torch._dynamo.reset()
+    outs = torch.compile(f, backend="fusion")(a.to("cuda" if target == "cuda" else "cpu"))
+    storages = [o.untyped_storage().data_ptr() for o in outs]
+    assert len(set(storages[:4])) == 4 and storages[4] == storages[5], storages
+
+
+@pytest.mark.parametrize("case", ["take", "index", "negative index", "index_select int32", "embedding", "gather negative"])
+def test_an_index_out_of_range_raises_in_cpp(case):
+    """An index value outside its dim raises IndexError from a C++ kernel, as ATen
+    raises, where it read past the buffer (silent garbage, or a segfault that ended
+    pytest). Triton kernels take indices unchecked."""
+    x, table = torch.arange(5.0), rand((5, 3), torch.float32)
+    fn, args = {
+        "take": (lambda x, i: torch.take(x, i), (x, torch.tensor([0, 10**11]))),
+        "index": (lambda t, i: t[i] * 2, (table, torch.tensor([0, 5]))),
+        "negative index": (lambda t, i: t[i] * 2, (table, torch.tensor([-6, 1]))),
+        "index_select int32": (lambda x, i: torch.index_select(x, 0, i), (x, torch.tensor([0, 5], dtype=torch.int32))),
+        "embedding": (lambda t, i: F.embedding(i, t), (table, torch.tensor([[1, 7]]))),
+        "gather negative": (lambda x, i: torch.gather(x, 0, i), (x, torch.tensor([0, -1]))),
+    }[case]
+    with pytest.raises((IndexError, RuntimeError)):
+        fn(*args)  # eager
+    with pytest.raises(IndexError, match="index out of range in kernel"):
+        torch.compile(fn, backend="fusion")(*args)
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(fn, backend="fusion")(args[0], args[1].clamp(0, 4)), fn(args[0], args[1].clamp(0, 4)))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
+def test_addcmul_and_addcdiv_round_once(check_compiled, target, dtype):
+    """addcmul and addcdiv of 16-bit tensors compute in float32 and round once, as
+    ATen's kernels. (Dynamo itself splits addcdiv with a `value` into div, mul and
+    add before a backend sees it: each of those rounds, as it does in eager.)"""
+    torch.manual_seed(4)
+    a, b, c = rand((1001,), dtype), rand((1001,), dtype), rand((1001,), dtype, "pos")
+    check_compiled(lambda a, b, c: (torch.addcmul(a, b, c, value=0.5), torch.addcdiv(a, b, c)), a, b, c,
+                   names=["addcmul(value=0.5)", "addcdiv"], tol=None if target == "cuda" else dict(rtol=0, atol=0))
+
+
 def test_python_ints_out_of_an_integer_dtypes_range_wrap_into_it(check_compiled):
     """A Python int meeting a narrower integer tensor is cast to its dtype first, as
     in ATen (300 is 44 in int8, -1 is 255 in uint8): comparisons and divisions see
@@ -449,6 +522,17 @@ def test_scans(check_compiled, target, dtype, shape):
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
     scans = [k for k in cap.kernels if k.kind == "scan" and "_scan_" in k.name]
     assert len(scans) == len(table) - (size[0] == 1 if size else len(table)), [k.name for k in cap.kernels]
+
+
+@pytest.mark.parametrize("op", ["cumsum", "cumprod"])
+def test_float32_scans_on_a_cpu_accumulate_in_double(check_compiled, target, op):
+    """Eager's CPU scans accumulate float32 in double (acc_type<float, false>); so
+    do ours on a CPU, where a float32 running sum of 20000 elements was about 1e-3
+    off eager's. On a GPU both accumulate in float32."""
+    torch.manual_seed(9)
+    x = rand((2, 20000), torch.float32)
+    x = x if op == "cumsum" else 1 + x * 1e-3
+    check_compiled(lambda x: getattr(x, op)(1), x, tol=None if target == "cuda" else dict(rtol=2e-7, atol=2e-5))
 
 
 EXTREME_SCAN_CASES = [(d, s) for d in (torch.float32, torch.bfloat16, torch.int32) for s in SCAN_SHAPES

@@ -214,3 +214,18 @@ def test_a_kernel_that_fails_to_build_names_itself_and_its_source(tmp_path):
     path = err.value.source_path
     assert path is not None and str(path) in message
     assert path.read_text() == bad
+
+
+def test_a_python_float_under_dynamic_shapes_is_a_constant_of_its_value():
+    """With dynamic=True Dynamo passes a Python float as a tensor it reads with
+    .item(), whose value fake tensors cannot give: each value compiles as a
+    constant, as Dynamo makes it without dynamic=True (this raised
+    DataDependentOutputException)."""
+    fn = lambda a, s: (a / s) * (s + 1)  # noqa: E731
+    compiled = torch.compile(fn, backend="fusion", dynamic=True)
+    with compiler.capture() as cap:
+        for rows, s in ((3, 2.0), (5, 2.0), (3, 0.5), (3, 2.0)):
+            a = torch.randn(rows, 7)
+            torch.testing.assert_close(compiled(a, s), fn(a, s))
+    assert not [f for g in cap.graphs for f in g.fallbacks]
+    assert sorted(k.numel for k in cap.kernels) == [21, 21, 35]
