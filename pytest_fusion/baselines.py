@@ -26,7 +26,7 @@ import pytest
 
 from . import machine, settings
 from .fixture import STATE
-from .units import format_ms, format_size
+from .units import format_ms, format_size, plural
 
 # metric -> (kind, better): counts compare exactly, the others within the file's
 # tolerance for their kind
@@ -240,9 +240,9 @@ class BaselineFile:
                 loaded = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
                 raise BaselineError(f"baseline file {path} cannot be read: {e}") from None
-            if not isinstance(loaded, dict) or not isinstance(loaded.get("tests"), dict) \
-                    or not isinstance(loaded.get("tolerance", {}), dict):
-                raise BaselineError(f"baseline file {path} is not a baseline file: it needs a 'tests' object")
+            problem = _shape_problem(loaded)
+            if problem:
+                raise BaselineError(f"baseline file {path} is not a baseline file: {problem}")
             self.data.update(loaded)
 
     @property
@@ -261,6 +261,36 @@ class BaselineFile:
         tmp = self.path.with_name(f"{self.path.name}.tmp{os.getpid()}")
         tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         os.replace(tmp, self.path)
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _shape_problem(data) -> str | None:
+    """What in a loaded file the gates could not read (a hand edit), or None."""
+    if not isinstance(data, dict) or not isinstance(data.get("tests"), dict):
+        return "it needs a 'tests' object"
+    tolerance = data.get("tolerance", {})
+    if not isinstance(tolerance, dict):
+        return "'tolerance' must be an object"
+    for kind, v in tolerance.items():
+        if v is not None and not (_number(v) and v >= 0):
+            return f"tolerance.{kind} must be a fraction (0.02 for 2%) or null, not {v!r}"
+    for nodeid, entry in data["tests"].items():
+        if not isinstance(entry, dict):
+            return f"the entry of {nodeid} must be an object of metrics, not {entry!r}"
+        for name, (kind, _) in METRICS.items():
+            v = entry.get(name)
+            if v is None:
+                continue
+            if kind == "count" and (isinstance(v, bool) or not isinstance(v, int)):
+                return f"{name} of {nodeid} must be an integer, not {v!r}"
+            if not _number(v):
+                return f"{name} of {nodeid} must be a number, not {v!r}"
+        if not isinstance(entry.get("source_hash", ""), (str, type(None))):
+            return f"source_hash of {nodeid} must be a string, not {entry['source_hash']!r}"
+    return None
 
 
 def geomean(values) -> float | None:
@@ -405,10 +435,10 @@ class BaselinePlugin:
             tol = self.files[cls].tolerance.get("speedup") if cls in self.files else None
             for ref, (ours, base, n) in refs.items():
                 if ref in floors and ours < floors[ref]:
-                    failures.append(f"{cls}: geomean speedup over {ref} {ours:.2f}x is below {floors[ref]:g}x ({n} tests)")
+                    failures.append(f"{cls}: geomean speedup over {ref} {ours:.2f}x is below {floors[ref]:g}x ({plural(n, 'test')})")
                 if base and tol is not None and not self.opts.update and ours < base * (1 - tol):
                     failures.append(f"{cls}: geomean speedup over {ref} {ours:.2f}x regressed from the baseline's "
-                                    f"{base:.2f}x over the same {n} tests ({ours / base - 1:+.1%}, tolerance {tol:.0%})")
+                                    f"{base:.2f}x over the same {plural(n, 'test')} ({ours / base - 1:+.1%}, tolerance {tol:.0%})")
         return failures
 
     def pytest_terminal_summary(self, terminalreporter):
@@ -421,7 +451,7 @@ class BaselinePlugin:
             for cls, refs in geo.items():
                 for ref, (ours, base, n) in refs.items():
                     vs = f" (baseline {base:.2f}x, {ours / base - 1:+.1%})" if base else ""
-                    tr.write_line(f"{cls}: geomean speedup over {ref}: {ours:.2f}x over {n} tests{vs}")
+                    tr.write_line(f"{cls}: geomean speedup over {ref}: {ours:.2f}x over {plural(n, 'test')}{vs}")
             missed = [ref for ref, _ in self.opts.min_geomean if not any(ref in refs for refs in geo.values())]
             if missed:
                 tr.write_line(f"--fusion-min-geomean: no speedup over {', '.join(missed)} was measured (no GPU "
@@ -440,12 +470,12 @@ class BaselinePlugin:
             tr.write_line(f"fusion baselines: {e}", red=True)
         improved = [n for n, r in self.results if (r.get("baseline") or {}).get("status") == "improved"]
         if improved and not self.opts.update:
-            tr.write_line(f"{len(improved)} tests improved beyond their baseline (record it with --fusion-update): "
+            tr.write_line(f"{plural(len(improved), 'test')} improved beyond their baseline (record it with --fusion-update): "
                           + ", ".join(improved), green=True)
         missing = sum((r.get("baseline") or {}).get("status") == "missing" for _, r in self.results)
         if missing:
-            tr.write_line(f"{missing} tests have no baseline for their device class and CI is set: run them with "
-                          "--fusion-update on that machine and commit the file", red=True)
+            tr.write_line(f"{plural(missing, 'test')} {'has' if missing == 1 else 'have'} no baseline for their device class "
+                          "and CI is set: run them with --fusion-update on that machine and commit the file", red=True)
 
     def _what(self, nodeid: str, entry: dict) -> str:
         """What changed in a rewritten entry, or what a new entry holds."""
@@ -462,6 +492,8 @@ def _comparable(result) -> bool:
     CPU had its other gates evaluated: its counts and bytes are compared too."""
     if not result or not result.get("metrics"):
         return False
+    if result["metrics"].get("launches") is None:
+        return False  # no compiled call was profiled: its zeros are no baseline
     gates = [g.get("passed") for g in result.get("gates") or []]
     if result.get("outcome") == "skipped":
         return True in gates and False not in gates

@@ -8,6 +8,7 @@ fusion.run, after the test body otherwise.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import functools
@@ -130,7 +131,8 @@ class Fusion:
         self.ncu_path = ncu_path  # --fusion-ncu on CUDA: the ncu that measures DRAM bytes
         self.dram_bytes: dict | None = None
         self.graphs: list[compiler.GraphRecord] = []
-        self.graph_break_reasons: list[str] = []
+        # per eager function, each graph break as often as one compile of it met it
+        self._breaks: dict[int, collections.Counter] = {}
         self.records: list[Measurement] = []
         self.error: str | None = None  # a failure to measure
         self.verdict = None
@@ -232,7 +234,7 @@ class Fusion:
             self._depth -= 1
             if cap is not None:  # records of a call that raised are kept too
                 self.graphs += cap.graphs
-                self.graph_break_reasons += cap.graph_break_reasons
+                self._add_breaks(handle, cap.graph_break_reasons)
         elapsed = time.perf_counter() - start
         after = self._inductor_counts()
         self._inductor_kernels += after[0] - before[0]
@@ -240,6 +242,13 @@ class Fusion:
         if first:
             handle.target = Target(handle.name, self.backend, handle.compiled, handle.eager, snapshot[0], snapshot[1], grad, elapsed)
         return out
+
+    def _add_breaks(self, handle: _Compiled, reasons: list[str]) -> None:
+        """A recompile (another shape) meets the function's graph breaks again: they
+        are the same breaks, so a function counts each as many times as one of its
+        compiles met it (two breaks with one reason text in one compile stay two)."""
+        key = id(handle.eager)
+        self._breaks[key] = self._breaks.get(key, collections.Counter()) | collections.Counter(reasons)
 
     def _inductor_counts(self) -> tuple[int, int]:
         if self.backend != "inductor":
@@ -377,6 +386,10 @@ class Fusion:
         return [c for g in self.graphs for c in g.fallbacks]
 
     @property
+    def graph_break_reasons(self) -> list[str]:
+        return [r for seen in self._breaks.values() for r in seen.elements()]
+
+    @property
     def graph_breaks(self) -> int:
         return len(self.graph_break_reasons)
 
@@ -426,9 +439,10 @@ class Fusion:
 def _trace_dir(config) -> str | None:
     try:
         from .report.hooks import trace_dir
-    except ImportError:  # the report layer is optional
+
+        return trace_dir(config)
+    except (ImportError, ValueError):  # the report layer is optional (-p no:pytest_fusion.report.hooks: no option)
         return None
-    return trace_dir(config)
 
 
 def create(item) -> Fusion:
@@ -441,7 +455,9 @@ def create(item) -> Fusion:
     settings = for_item(item.config.stash[SETTINGS], item)
     device = resolve_device(settings.device, worker_index(item.config))
     if device is None:
-        pytest.skip(f"fusion device {settings.device!r} asked for, but this machine has no CUDA device")
+        # reported at the test (a marked test without the fixture skips from a hook here)
+        raise pytest.skip.Exception(f"fusion device {settings.device!r} asked for, but this machine has no CUDA device",
+                                    _use_item_location=True)
     timing_skip = item.config.stash.get(TIMING_SKIP, None)
     child = item.config.getoption("fusion_ncu_child")
     cuda = device.type == "cuda" and not child

@@ -8,6 +8,8 @@ import dataclasses
 
 from .units import format_ms, format_size, launch_summary, plural
 
+NOTHING_TO_MEASURE = "nothing to measure: the test made no call of a compiled function"
+
 
 @dataclasses.dataclass
 class Context:
@@ -111,13 +113,17 @@ def _dram(limit: int, metrics: dict, ctx: Context) -> dict:
         return _unmeasured(marker, limit, f"n/a: ncu measures CUDA kernels; this run is on {ctx.device}", skip=False)
     dram = metrics.get("dram_bytes")
     if dram is None:
-        return _gate(marker, limit, None, False, "nothing to measure: the test made no call of a compiled function")
+        return _gate(marker, limit, None, False, NOTHING_TO_MEASURE)
     return _at_most(marker, limit, dram["read"] + dram["write"], format_size, " of DRAM traffic per call (ncu)")
 
 
 def evaluate(spec: list[tuple[str, dict]], metrics: dict, ctx: Context) -> Verdict:
     gates: list[dict] = []
     for name, args in spec:
+        if name in ("max_memory_traffic", "expect_graph_breaks") and not ctx.measured:
+            # no call: 0 bytes and 0 graph breaks would pass a gate that judged nothing
+            gates.append(_gate(name, args.get("n", args.get("bytes")), None, False, NOTHING_TO_MEASURE))
+            continue
         if name == "expect_kernels":
             gates.append(_exact(name, args["n"], metrics["kernels"], "kernel", "generated"))
             for key, noun in (("extern", "extern call"), ("fallback", "fallback")):
@@ -145,7 +151,7 @@ def evaluate(spec: list[tuple[str, dict]], metrics: dict, ctx: Context) -> Verdi
         elif name == "max_peak_memory":
             peak = metrics.get("peak_memory_bytes")
             if peak is None:
-                gates.append(_gate(name, args["bytes"], None, False, "nothing to measure: the test made no call of a compiled function"))
+                gates.append(_gate(name, args["bytes"], None, False, NOTHING_TO_MEASURE))
             else:
                 gates.append(_at_most(name, args["bytes"], peak, format_size, " peak memory per call"))
         elif name == "min_speedup":

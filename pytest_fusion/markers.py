@@ -7,6 +7,7 @@ naming the test and the marker, raised at collection.
 from __future__ import annotations
 
 import inspect
+import math
 
 from .units import parse_size
 
@@ -62,8 +63,8 @@ def max_memory_traffic(size):
 
 def min_speedup(x, *, over="eager", device=None):
     """median time of `over` ("eager"|"inductor") / median time of ours >= x; device="cuda"|"cpu" limits it to that device; marks with different over or device stack"""
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not x > 0:
-        raise MarkerError(f"x must be a positive number, not {x!r}")
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x < math.inf:  # NaN fails too
+        raise MarkerError(f"x must be a positive finite number, not {x!r}")
     return {
         "x": float(x),
         "over": _choice(over, "over", ("eager", "inductor")),
@@ -148,21 +149,27 @@ def speed_key(args: dict) -> tuple:
 
 
 def _stacking_problems(item) -> list[str]:
-    """min_speedup marks stack by (over, device); two with the same key on one node
-    (function, class or module) leave no closer one to win."""
+    """Two marks of one marker on one node (function, class or module) leave no
+    closer one to win: one would be dropped silently. min_speedup marks stack by
+    (over, device), so for them two with the same key."""
     out = []
     for node in item.listchain():
         seen = {}
-        for mark in (m for m in node.own_markers if m.name == "min_speedup"):
+        where = f"on one {type(node).__name__.lower()}"
+        for mark in (m for m in node.own_markers if m.name in MARKERS):
             try:
                 args = _normalize(mark)
             except Exception:
                 continue  # a bad argument: reported by problems()
-            key = speed_key(args)
+            key = (mark.name, speed_key(args) if mark.name == "min_speedup" else None)
             if key in seen:
-                out.append(f"{item.nodeid}: @pytest.mark.min_speedup{_call_repr(seen[key])} and "
-                           f"@pytest.mark.min_speedup{_call_repr(mark)}: two marks over={key[0]!r} with "
-                           f"device={key[1]!r} on one {type(node).__name__.lower()}; keep one, or give each its own device")
+                both = f"{item.nodeid}: @pytest.mark.{mark.name}{_call_repr(seen[key])} and @pytest.mark.{mark.name}{_call_repr(mark)}"
+                if mark.name == "min_speedup":
+                    over, device = key[1]
+                    out.append(f"{both}: two marks over={over!r} with device={device!r} {where}; "
+                               "keep one, or give each its own device")
+                else:
+                    out.append(f"{both}: two {mark.name} marks {where}; keep one")
             seen.setdefault(key, mark)
     return out
 

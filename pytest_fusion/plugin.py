@@ -17,6 +17,7 @@ from .measure.profile import warm_up
 from .units import plural
 
 USAGE_ERROR = pytest.StashKey[str]()
+RESULT = pytest.StashKey[dict]()  # the test's fusion_result, as its call (or setup) report has it
 _warned_timing = [False]
 
 
@@ -74,7 +75,7 @@ def pytest_runtestloop(session):
     the first test, when this process will measure something on a GPU."""
     if session.config.option.collectonly or session.config.getoption("fusion_ncu_child"):
         return  # under ncu nothing is timed or profiled by torch
-    if not any(_uses_fusion(i) or any(i.get_closest_marker(n) for n in markers.GATES) for i in session.items):
+    if not any(_uses_fusion(i) or _marked(i) for i in session.items):
         return
     device = resolve_device(session.config.stash[SETTINGS].device, worker_index(session.config))
     if device is not None and device.type == "cuda":
@@ -83,6 +84,11 @@ def pytest_runtestloop(session):
 
 def _uses_fusion(item) -> bool:
     return "fusion" in getattr(item, "fixturenames", ())
+
+
+def _marked(item) -> bool:
+    """Any fusion marker, fusion_options too: the test's torch.compile is ours."""
+    return any(item.get_closest_marker(name) for name in markers.MARKERS)
 
 
 def _quiet_torch_trace() -> None:
@@ -97,13 +103,14 @@ def _quiet_torch_trace() -> None:
 
 @pytest.hookimpl(wrapper=True, trylast=True)  # innermost: inside pytest's log capture
 def pytest_runtest_call(item):
-    spec = markers.gates_of(item)
-    if not spec and not _uses_fusion(item):
+    marked = _marked(item)
+    if not marked and not _uses_fusion(item):
         return (yield)
+    spec = markers.gates_of(item)
     _quiet_torch_trace()
     state = create(item)
     try:
-        with routing(state) if spec else contextlib.nullcontext():
+        with routing(state) if marked else contextlib.nullcontext():
             outcome = yield
     except BaseException:
         _finish_failed(item, state)
@@ -165,13 +172,16 @@ def pytest_runtest_makereport(item, call):
         report.fusion_usage_error = item.stash[USAGE_ERROR]
         return report
     state = item.stash.get(STATE, None)
-    concerned = state is not None or _uses_fusion(item) or any(item.get_closest_marker(name) for name in markers.GATES)
+    concerned = state is not None or _uses_fusion(item) or _marked(item)
     unrun = call.when == "setup" and not report.passed
     if concerned and (call.when == "call" or unrun):
-        report.fusion_result = results.build(item, report, state)
-        props = results.user_properties(report.fusion_result)
-        report.user_properties.extend(props)
-        item.user_properties.extend(props)  # the teardown report carries them to JUnit XML
+        report.fusion_result = item.stash[RESULT] = results.build(item, report, state)
+    if call.when == "teardown" and RESULT in item.stash:
+        # JUnit XML reads the teardown report's properties; by now the baseline
+        # wrapper has had its say on the result, and teardown its own
+        result = item.stash[RESULT]
+        outcome = "error" if report.failed else result["outcome"]
+        report.user_properties.extend(results.user_properties(dict(result, outcome=outcome)))
     return report
 
 
@@ -199,13 +209,16 @@ class _Summary:
     """Collects each test's result (on the xdist controller too) for the table."""
 
     def __init__(self):
-        self.results: list[dict] = []
+        self.results: dict[str, dict] = {}  # nodeid -> result
         self.usage_errors: list[str] = []
 
     def pytest_runtest_logreport(self, report):
         result = getattr(report, "fusion_result", None)
         if result is not None:
-            self.results.append(result)
+            self.results[report.nodeid] = result
+        elif report.when == "teardown" and report.failed and report.nodeid in self.results:
+            # an error in teardown makes the test an error, as in pytest's count and the JSON
+            self.results[report.nodeid] = dict(self.results[report.nodeid], outcome="error")
         if getattr(report, "fusion_usage_error", None):
             self.usage_errors.append(report.fusion_usage_error)
 
@@ -215,7 +228,7 @@ class _Summary:
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
     def pytest_terminal_summary(self, terminalreporter):
-        rows = [results.summary_row(r) for r in self.results]
+        rows = [results.summary_row(r) for r in self.results.values()]
         if not rows:
             return
         header = ["test", "kernels", "launches", "bytes", "speedup", "verdict"]

@@ -2,24 +2,20 @@
 `--fail=kernels:0,bytes:2%,speedup:-5%` allows no extra kernel, 2% more bytes and
 a 5% lower speedup per test. A limit is the change allowed in the worse direction,
 absolute (a number) or relative to OLD (with %); its sign is only a reminder of
-that direction."""
+that direction. A test that failed or errored in NEW, and not in OLD, fails too."""
 from __future__ import annotations
 
 import dataclasses
 import math
 
+from ..units import plural
 from .merge import device_class_of
+from .schema import bytes_total
 from .svg import fmt_bytes, fmt_ms
 
 
 def _median(m: dict, key: str):
     return (m.get("median_ms") or {}).get(key)
-
-
-def _bytes(m: dict):
-    if m.get("bytes_read") is None and m.get("bytes_written") is None:
-        return None
-    return (m.get("bytes_read") or 0) + (m.get("bytes_written") or 0)
 
 
 # name -> (value from a test's metrics, True when a larger value is worse, formatter)
@@ -28,7 +24,7 @@ METRICS = {
     "launches": (lambda m: m.get("launches"), True, str),
     "fallbacks": (lambda m: m.get("fallbacks"), True, str),
     "graph_breaks": (lambda m: m.get("graph_breaks"), True, str),
-    "bytes": (_bytes, True, fmt_bytes),
+    "bytes": (bytes_total, True, fmt_bytes),
     "peak_memory": (lambda m: m.get("peak_memory_bytes"), True, fmt_bytes),
     "time": (lambda m: _median(m, "fusion"), True, fmt_ms),
     "speedup": (lambda m: (m.get("speedup") or {}).get("eager"), False, lambda v: f"{v:.3g}×"),
@@ -129,6 +125,11 @@ def _tests(doc: dict) -> dict[tuple[str, str], dict]:
     return {(t["nodeid"], device_class_of(doc, t)): t for t in doc["tests"]}
 
 
+def _broke(old_outcome: str, new_outcome: str) -> bool:
+    bad = ("failed", "error")
+    return new_outcome in bad and old_outcome not in bad
+
+
 def compare(old: dict, new: dict, limits: list[Limit]) -> Comparison:
     """Every limited metric of every test in both reports; unlimited metrics that
     changed come along as "info" rows."""
@@ -141,13 +142,19 @@ def compare(old: dict, new: dict, limits: list[Limit]) -> Comparison:
                      f"{new['machine']['device_class']}): tests are matched per device class")
     for key in [k for k in b if k in a]:
         nodeid = key[0] if len({k[1] for k in b}) == 1 else f"{key[0]} [{key[1]}]"
+        was, now = a[key]["outcome"], b[key]["outcome"]
+        if _broke(was, now):
+            # a test that stopped passing fails the comparison; the figures of a
+            # failed run (fewer kernels, none measured) say nothing of the code
+            rows.append(Row(nodeid, "outcome", was, now, "", "", "FAIL"))
+            continue
         om, nm = a[key].get("metrics") or {}, b[key].get("metrics") or {}
         for metric in METRICS:
             row = _check(nodeid, by_metric.get(metric), metric, om, nm)
             if row is not None:
                 rows.append(row)
-        if a[key]["outcome"] != b[key]["outcome"]:
-            rows.append(Row(nodeid, "outcome", a[key]["outcome"], b[key]["outcome"], "", "", "info"))
+        if was != now:
+            rows.append(Row(nodeid, "outcome", was, now, "", "", "info"))
     missing = [k[0] for k in a if k not in b]
     added = [k[0] for k in b if k not in a]
     return Comparison(rows, sum(k in a for k in b), missing, added, notes)
@@ -180,6 +187,6 @@ def format_table(c: Comparison, show_all: bool) -> str:
         lines.append(f"new in NEW: {nodeid}")
     lines += [f"note: {n}" for n in c.notes]
     fails = len(c.failures)
-    lines.append(f"{c.compared} tests compared, {len(c.missing)} missing, {len(c.added)} new: "
+    lines.append(f"{plural(c.compared, 'test')} compared, {len(c.missing)} missing, {len(c.added)} new: "
                  + (f"{fails} gate{'s' if fails != 1 else ''} failed" if fails else "all gates passed"))
     return "\n".join(lines)

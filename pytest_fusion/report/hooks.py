@@ -25,7 +25,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="write the JSON report to PATH (default with --fusion-report: next to the HTML)")
     group.addoption("--fusion-trace-dir", dest="fusion_trace_dir", metavar="DIR",
                     help="write torch.profiler traces of the measured calls under DIR (TensorBoard, Perfetto)")
-    parser.addini("fusion_report", type="bool", default=False, help="write the HTML report")
+    parser.addini("fusion_report", default="", help="write the HTML report (true or false)")
     parser.addini("fusion_report_path", default="", help="path of the HTML report")
     parser.addini("fusion_json", default="", help="path of the JSON report")
     parser.addini("fusion_trace_dir", default="", help="folder for torch.profiler traces")
@@ -49,10 +49,21 @@ def trace_dir(config: pytest.Config) -> str | None:
     return _path(config, value) if value else None
 
 
+def _report_flag(config: pytest.Config) -> bool:
+    """--fusion-report, or the ini key; a value that is no bool is a usage error naming it."""
+    if config.getoption("fusion_report"):
+        return True
+    raw = config.getini("fusion_report")
+    try:
+        return settings._bool(raw)
+    except ValueError as e:
+        raise pytest.UsageError(f"ini key fusion_report = {raw!r}: {e}") from None
+
+
 def output_paths(config: pytest.Config) -> tuple[str | None, str | None]:
     """(json_path, html_path); the JSON is always written when the HTML is."""
     html = _setting(config, "fusion_report_path")
-    if html is None and _setting(config, "fusion_report"):
+    if html is None and _report_flag(config):
         html = DEFAULT_HTML
     js = _setting(config, "fusion_json")
     if js is None and html is not None:
@@ -96,6 +107,7 @@ class ReportWriter:
         self.config, self.json_path, self.html_path = config, json_path, html_path
         self.tests: dict[str, dict] = {}  # insertion order = order the tests finished
         self.error: str | None = None
+        self.json_written = False
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         entry = self.tests.setdefault(report.nodeid, {"result": None, "outcome": "passed", "message": "",
@@ -139,9 +151,10 @@ class ReportWriter:
         options.update({k: _setting(self.config, f"fusion_{k}") for k in ("report_path", "json", "trace_dir")})
         doc = schema.document(tests, machine_info(_device(self.config, tests)), options,
                               schema.git_commit(self.config.rootpath))
-        # the JSON is written even when it fails validation: it is what one debugs with
-        schema.dump(doc, self.json_path)
         try:
+            # the JSON is written even when it fails validation: it is what one debugs with
+            schema.dump(doc, self.json_path)
+            self.json_written = True
             schema.validate(doc)
             if self.html_path:
                 from .html import write_html
@@ -157,6 +170,8 @@ class ReportWriter:
         if self.error:
             tr.write_sep("-", "fusion report failed", red=True)
             tr.write_line(self.error)
+        if not self.json_written:
+            return
         tr.write_sep("-", "fusion report")
         tr.write_line(f"JSON: {self.json_path}")
         if self.html_path and not self.error:

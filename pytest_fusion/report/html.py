@@ -8,7 +8,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, Undefined, select_autoescape
 from markupsafe import Markup
 
-from .schema import validate
+from .schema import validate, write_atomic
 from .view import document_view
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -35,10 +35,4 @@ def render(doc: dict) -> str:
 
 
 def write_html(doc: dict, path: str | os.PathLike) -> str:
-    path = os.fspath(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(render(doc))
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, lambda f: f.write(render(doc)))

@@ -4,6 +4,7 @@ The JSON is the source of truth; HTML, merge and compare all read it. Validation
 is hand-written (no jsonschema dependency) and checks what the readers rely on."""
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import math
@@ -39,6 +40,16 @@ def geomean(values) -> float | None:
     return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
+def bytes_total(m: dict) -> int | None:
+    """Bytes moved per call: the plugin's total (TorchInductor's has no read/write
+    split), else read + written (reports written by hand or by older versions)."""
+    if m.get("bytes_total") is not None:
+        return m["bytes_total"]
+    if m.get("bytes_read") is None and m.get("bytes_written") is None:
+        return None
+    return (m.get("bytes_read") or 0) + (m.get("bytes_written") or 0)
+
+
 def summarize(tests: list[dict]) -> dict:
     """The summary block, always recomputed from the tests (never trusted from input)."""
     count = {o: sum(t["outcome"] == o for t in tests) for o in OUTCOMES}
@@ -53,7 +64,7 @@ def summarize(tests: list[dict]) -> dict:
         "gates": gates,
         "geomean_speedup": {ref: geomean((m.get("speedup") or {}).get(ref) for m in metrics)
                             for ref in ("eager", "inductor")},
-        "bytes_total": sum((m.get("bytes_read") or 0) + (m.get("bytes_written") or 0) for m in metrics),
+        "bytes_total": sum(bytes_total(m) or 0 for m in metrics),
         "kernels_total": sum(m.get("kernels") or 0 for m in metrics),
         "graph_breaks_total": sum(m.get("graph_breaks") or 0 for m in metrics),
     }
@@ -194,15 +205,29 @@ def load(path: str | os.PathLike) -> dict:
     return doc
 
 
-def dump(doc: dict, path: str | os.PathLike) -> None:
-    """Write atomically, so a reader (or a merge) never sees half a report."""
+def write_atomic(path: str | os.PathLike, write) -> str:
+    """Write through `write(file)` into a temporary file renamed into place, so a
+    reader (or a merge) never sees half a file; a failed write leaves no temporary."""
     path = os.fspath(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def dump(doc: dict, path: str | os.PathLike) -> None:
+    def write(f):
         json.dump(doc, f, indent=1, default=_jsonable)
         f.write("\n")
-    os.replace(tmp, path)
+
+    write_atomic(path, write)
 
 
 def _jsonable(o):
@@ -210,5 +235,5 @@ def _jsonable(o):
     return str(o)
 
 
-__all__ = ["SCHEMA_VERSION", "SchemaError", "validate", "load", "dump", "document", "summarize",
+__all__ = ["SCHEMA_VERSION", "SchemaError", "validate", "load", "dump", "document", "summarize", "bytes_total",
            "git_commit", "geomean", "now"]

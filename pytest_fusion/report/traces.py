@@ -8,6 +8,7 @@ workers. Perfetto (ui.perfetto.dev) and chrome://tracing open the same files.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -19,7 +20,12 @@ CATEGORY_MAP = {"cuda_runtime": "runtime", "cuda_driver": "runtime"}
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_.")[:150] or "test"
+    """A folder or file name for `text`. Where characters were dropped or the name
+    cut, a short hash of `text` follows, so ids such as "a b" and "a:b" stay apart."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_.")[:150] or "test"
+    if slug == text:
+        return slug
+    return f"{slug}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
 
 
 def trace_path(trace_dir: str | os.PathLike, nodeid: str, label: str) -> str:

@@ -10,7 +10,7 @@ from ..units import launch_summary
 from . import svg
 from .highlight import highlight
 from .merge import device_class_of
-from .schema import summarize
+from .schema import bytes_total, summarize
 
 VIEW_OPS = {"view", "_unsafe_view", "reshape", "permute", "expand", "squeeze", "unsqueeze", "t", "transpose",
             "slice", "select", "as_strided", "alias", "getitem", "unbind", "split", "split_with_sizes"}
@@ -209,7 +209,7 @@ def test_view(t: dict, uid: str) -> dict:
     floor_ms = None
     peak = (m.get("bandwidth") or {}).get("peak_gbps")
     if peak:
-        floor_ms = ((m.get("bytes_read") or 0) + (m.get("bytes_written") or 0)) / (peak * 1e9) * 1e3
+        floor_ms = (bytes_total(m) or 0) / (peak * 1e9) * 1e3
     gates = [dict(g, expected_text=fmt_value(g["marker"], g.get("expected")),
                   measured_text=fmt_value(g["marker"], g.get("measured")),
                   verdict={True: "passed", False: "failed", None: "skipped"}[g.get("passed")],
@@ -231,7 +231,7 @@ def test_view(t: dict, uid: str) -> dict:
     return dict(
         t, uid=uid, graphs_view=graphs, gates_view=gates, why=_why_not_fused(t), launches=launches,
         launches_measured=bool(measured), m=m, nvml_rows=nvml, deltas=deltas, floor_ms=floor_ms,
-        bytes_total=(m.get("bytes_read") or 0) + (m.get("bytes_written") or 0),
+        bytes_total=bytes_total(m) or 0,
         timing_svg=svg.timing([(label, times.get(key) or [], c) for key, label, c in TIMING], "timing per round"),
         medians=[(label, medians.get(key), c) for key, label, c in TIMING if medians.get(key) is not None],
         bandwidth_svg=svg.bandwidth(_bandwidth_rows(t, colors, kernel_bytes), "achieved bandwidth against peak"),

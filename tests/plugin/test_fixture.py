@@ -160,6 +160,22 @@ def test_routed_only_while_the_test_runs():
     assert "test_it.py::test_not_routed_without_a_marker" not in res
 
 
+def test_fusion_options_alone_routes_torch_compile(results, run):
+    """fusion_options is a fusion marker too: the test's torch.compile is ours, measured."""
+    result = run("""
+import pytest, torch
+from pytest_fusion.fixture import REAL_COMPILE
+
+@pytest.mark.fusion_options(no_perf=True)
+def test_options_only():
+    assert torch.compile is not REAL_COMPILE
+    torch.compile(lambda x: (x + 1).sin())(torch.randn(10))
+""")
+    result.assert_outcomes(passed=1)
+    m = results(result)["test_it.py::test_options_only"]["metrics"]
+    assert m["kernels"] == 1 and m["launches"] == 1
+
+
 def test_failing_body_keeps_records_and_section(results, run):
     result = run("""
 import pytest
@@ -234,3 +250,52 @@ def test_case(fusion):
     data = config.hook.pytest_report_to_serializable(config=config, report=report)
     back = config.hook.pytest_report_from_serializable(config=config, data=data)
     assert back.fusion_result == report.fusion_result and back.fusion_result["metrics"]["kernels"] == 1
+
+
+def test_junit_verdict_is_the_final_outcome(run, pytester, monkeypatch):
+    """A test that fails its baseline after passing its gates: failed in JUnit too."""
+    monkeypatch.delenv("CI", raising=False)
+    src = """
+import pytest
+
+@pytest.mark.expect_kernels(1)
+def test_case(fusion):
+    fusion.run(lambda x: x * 2, fusion.randn(10))
+"""
+    run(src, "--fusion-baseline", "--fusion-no-perf").assert_outcomes(passed=1)  # records it
+    path = pytester.path / "reports/baselines/cpu.json"
+    path.write_text(path.read_text().replace('"kernels": 1', '"kernels": 0'))
+    result = run(src, "--fusion-baseline", "--fusion-no-perf", "--junitxml=junit.xml")
+    result.assert_outcomes(failed=1)
+    xml = (pytester.path / "junit.xml").read_text()
+    assert 'name="fusion_verdict" value="failed"' in xml and 'value="passed"' not in xml
+
+
+def test_teardown_error_is_an_error_in_the_table_and_junit(run, pytester):
+    result = run("""
+import pytest
+
+@pytest.fixture
+def broken_teardown():
+    yield
+    raise RuntimeError("teardown broke")
+
+@pytest.mark.expect_kernels(1)
+def test_case(fusion, broken_teardown):
+    fusion.run(lambda x: x * 2, fusion.randn(10))
+""", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["test_it.py::test_case * 1 * 1 * 80 B *x eager  error"])
+    assert 'name="fusion_verdict" value="error"' in (pytester.path / "junit.xml").read_text()
+
+
+def test_works_without_the_report_layer(results, run):
+    result = run("""
+import pytest
+
+@pytest.mark.expect_kernels(1)
+def test_case(fusion):
+    fusion.run(lambda x: x * 2, fusion.randn(10))
+""", "-p", "no:pytest_fusion.report.hooks")
+    result.assert_outcomes(passed=1)
+    assert results(result)["test_it.py::test_case"]["metrics"]["launches"] == 1

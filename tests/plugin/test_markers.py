@@ -69,6 +69,16 @@ def test_marker_fails_with_one_line_reason(results, run, marker, line):
     assert [g["passed"] for g in res["gates"]].count(False) == 1
 
 
+@pytest.mark.parametrize("marker", ["max_memory_traffic('1 MB')", "expect_graph_breaks(0)", "max_launches(1)"])
+def test_gate_fails_when_nothing_compiled_was_called(results, run, marker):
+    """No call of a compiled function: 0 bytes and no Dynamo graph at all judge nothing."""
+    result = run(one(marker, "x = fusion.randn(10)"))
+    result.assert_outcomes(failed=1)
+    (res,) = results(result).values()
+    assert res["message"].startswith("nothing to"), res["message"]
+    assert [g["measured"] for g in res["gates"]] == [None]
+
+
 def test_failure_section_shows_kernels_ops_and_split_reason(run):
     result = run(one("expect_kernels(1)", f"fusion.run({TWO}, fusion.randn(16, 33))"))
     result.assert_outcomes(failed=1)
@@ -120,6 +130,42 @@ def test_case(fusion):
     result.assert_outcomes(failed=1)
     (res,) = results(result).values()
     assert res["message"].startswith("expected 0 graph breaks, Dynamo made 1 (+1): "), res["message"]
+
+
+def test_graph_break_counted_once_per_function_however_many_compiles(results, run):
+    """A second shape recompiles the function and meets its breaks again: still the
+    function's breaks, once each; two breaks of one function (one reason text) stay two."""
+    src = """
+import pytest, torch
+
+def one(x):
+    y = x.sin()
+    torch._dynamo.graph_break()
+    return y.cos()
+
+def two(x):
+    y = x.sin()
+    torch._dynamo.graph_break()
+    y = y.cos()
+    torch._dynamo.graph_break()
+    return y.exp()
+
+@pytest.mark.expect_graph_breaks(1)
+def test_one(fusion):
+    g = fusion.compile(one)
+    g(fusion.randn(10))
+    g(fusion.randn(20))
+    fusion.run(one, fusion.randn(30))
+
+@pytest.mark.expect_graph_breaks(3)
+def test_one_and_two(fusion):
+    for n in (10, 20):
+        fusion.run(one, fusion.randn(n))
+        fusion.run(two, fusion.randn(n))
+"""
+    result = run(src, "--fusion-no-perf")
+    result.assert_outcomes(passed=2)
+    assert results(result)["test_it.py::test_one_and_two"]["metrics"]["graph_breaks"] == 3
 
 
 def test_module_and_class_markers_closest_wins(results, run):

@@ -21,8 +21,8 @@ BAD_MARKERS = [
     ("max_memory_traffic(-5)", "size: a size cannot be negative: -5"),
     ("max_memory_traffic(1.5)", "size: a size is an int of bytes or a string like '80 MB', not float 1.5"),
     ("max_peak_memory('1 GB', 2)", "too many positional arguments"),
-    ("min_speedup(0)", "x must be a positive number, not 0"),
-    ("min_speedup('2x')", "x must be a positive number, not '2x'"),
+    ("min_speedup(0)", "x must be a positive finite number, not 0"),
+    ("min_speedup('2x')", "x must be a positive finite number, not '2x'"),
     ("min_speedup(2, over='tvm')", "over must be one of 'eager', 'inductor', not 'tvm'"),
     ("min_speedup(2, device='tpu')", "device must be one of None, 'cpu', 'cuda', not 'tpu'"),
     ("min_speedup(2, on='cuda')", "got an unexpected keyword argument 'on'"),
@@ -84,6 +84,7 @@ def test_bad_option_is_usage_error(pytester, option, problem):
     ("fusion_no_perf = maybe", "ini key fusion_no_perf = 'maybe': must be true or false, not 'maybe'"),
     ("fusion_backend = tvm", "ini key fusion_backend = 'tvm': must be one of fusion, inductor, not 'tvm'"),
     ("fusion_ncu = sometimes", "ini key fusion_ncu = 'sometimes': must be true or false, not 'sometimes'"),
+    ("fusion_report = maybe", "ini key fusion_report = 'maybe': must be true or false, not 'maybe'"),
 ])
 def test_bad_ini_is_usage_error(pytester, ini, problem):
     pytester.makeini(f"[pytest]\n{ini}\n")
@@ -91,6 +92,15 @@ def test_bad_ini_is_usage_error(pytester, ini, problem):
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: {problem}"])
+
+
+@pytest.mark.parametrize("x", ["inf", "nan"])
+def test_min_speedup_of_no_finite_number_is_a_usage_error(pytester, x):
+    pytester.makepyfile(test_it=f"import pytest\n\n@pytest.mark.min_speedup(float('{x}'))\ndef test_case():\n    pass\n")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: test_it.py::test_case: @pytest.mark.min_speedup({x}): "
+                                 f"x must be a positive finite number, not {x}"])
 
 
 def test_two_min_speedup_marks_with_one_key_on_one_level_are_a_usage_error(pytester):
@@ -118,6 +128,40 @@ class TestClass:
         "@pytest.mark.min_speedup(1.1): two marks over='eager' with device=None on one class; *",
     ])
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+def test_two_marks_of_another_marker_on_one_level_are_a_usage_error(pytester):
+    """Only min_speedup marks stack; two of any other marker on one function, class or
+    module would keep one silently."""
+    pytester.makepyfile(test_it="""
+import pytest
+
+@pytest.mark.expect_kernels(1)
+@pytest.mark.expect_kernels(5)
+def test_function():
+    pass
+
+@pytest.mark.fusion_options(rounds=2)
+@pytest.mark.fusion_options(rounds=3)
+class TestClass:
+    def test_method(self):
+        pass
+
+@pytest.mark.expect_kernels(2)  # a closer mark replaces the module's: fine
+def test_closer_wins():
+    pass
+
+pytestmark = pytest.mark.expect_kernels(3)
+""")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: test_it.py::test_function: @pytest.mark.expect_kernels(5) and @pytest.mark.expect_kernels(1): "
+        "two expect_kernels marks on one function; keep one",
+        "test_it.py::TestClass::test_method: @pytest.mark.fusion_options(rounds=3) and "
+        "@pytest.mark.fusion_options(rounds=2): two fusion_options marks on one class; keep one",
+    ])
+    assert "test_closer_wins" not in result.stderr.str()
 
 
 def test_stacked_min_speedup_marks_that_differ_are_fine(pytester):

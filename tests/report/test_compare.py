@@ -78,3 +78,18 @@ def test_compare_real_reports(tmp_path, tiny_doc):
     schema.dump(tiny_doc, tmp_path / "new.json")
     assert main(["compare", str(tmp_path / "old.json"), str(tmp_path / "old.json"), "--fail=kernels:0"]) == 0
     assert main(["compare", str(tmp_path / "old.json"), str(tmp_path / "new.json"), "--fail=kernels:0"]) == 1
+
+
+@pytest.mark.parametrize("outcome", ["failed", "error"])
+def test_a_test_that_stopped_passing_fails(capsys, run, make_test, outcome):
+    """passed -> failed: its figures (no kernel compiled, nothing measured) are no
+    improvement; the outcome row fails, shown without --all."""
+    new = make_test("t.py::a", outcome=outcome, kernels=0, speedup=None)
+    assert run([make_test("t.py::a")], [new], SPEC) == 1
+    out = capsys.readouterr().out
+    assert [line.split() for line in out.splitlines() if "t.py::a" in line] == [["t.py::a", "outcome", "passed", outcome, "FAIL"]]
+    assert "1 test compared, 0 missing, 0 new: 1 gate failed" in out
+
+
+def test_a_test_that_failed_before_and_passes_now_is_no_failure(run, make_test):
+    assert run([make_test("t.py::a", outcome="failed", kernels=3)], [make_test("t.py::a")], SPEC) == 0

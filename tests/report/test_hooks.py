@@ -39,3 +39,29 @@ def test_xdist_workers_make_one_report(tmp_path, run_pytest, write_tiny, tiny_ru
     assert by_id[tiny_run["failing"]]["outcome"] == "failed"
     assert by_id[tiny_run["failing"]]["graphs"][0]["kernels"], "graphs must travel from the worker"
     assert (tmp_path / "x" / "report.html").exists()
+
+
+@pytest.mark.parametrize("option", ["--fusion-json=afile/fusion.json", "--fusion-json=adir"])
+def test_unwritable_json_is_reported_not_a_crash(tmp_path, run_pytest, write_tiny, option):
+    """A JSON path under a regular file, or onto a folder: the run's summary stays,
+    the failure is one line, and no temporary file is left behind."""
+    write_tiny(tmp_path)
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "adir").mkdir()
+    proc = run_pytest(tmp_path, option, "-k", "sin_chain")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "INTERNALERROR" not in out and "Traceback" not in out, out[-3000:]
+    assert "fusion report failed" in proc.stdout and "JSON: " not in proc.stdout
+    assert "1 passed" in proc.stdout and "= pytest-fusion =" in proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "afile", "pytest.ini", "test_tiny.py"]
+    assert list((tmp_path / "adir").iterdir()) == []
+
+
+def test_unwritable_html_leaves_no_temporary(tmp_path, run_pytest, write_tiny):
+    write_tiny(tmp_path)
+    (tmp_path / "out.html").mkdir()  # the HTML cannot replace a folder
+    proc = run_pytest(tmp_path, "--fusion-report-path=out.html", "-k", "sin_chain")
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "fusion report failed" in proc.stdout and "JSON: " in proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.html", "out.json", "pytest.ini", "test_tiny.py"]

@@ -97,3 +97,16 @@ def test_kernels_show_their_launch_and_the_candidates_timed(tiny_doc):
     assert "compiled at once); launched while the kernel before it finishes (PDL)" in render(doc)
     kernel["launch"]["timed_on"] = "call"  # a gather, timed on its first call's tensors
     assert "(others 35.0, 41.2 us) on the first call's tensors; compiled in" in html_lib.unescape(render(doc))
+
+
+def test_inductor_bytes_are_shown(make_test, make_doc):
+    """--fusion-backend=inductor: TorchInductor counts bytes per call without a
+    read/write split; the index, the test's header, the summary card and the JSON
+    summary show that total, as the gate and the terminal do."""
+    t = make_test("t.py::test_inductor")
+    t["metrics"].update(bytes_read=None, bytes_written=None, bytes_total=2056, externs=None, fallbacks=None)
+    doc = make_doc([t])
+    assert doc["summary"]["bytes_total"] == 2056
+    html = render(doc)
+    assert html.count('title="2056 B">2.06 KB<') == 2  # the summary card and the index row
+    assert re.search(r"<span>2\.06 KB</span>", html)  # the test's header

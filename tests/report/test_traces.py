@@ -38,9 +38,17 @@ def _cpu_profile():
 
 def test_write_trace_layout_and_content(tmp_path):
     path = write_trace(_cpu_profile(), trace_path(tmp_path, "suites/test_a.py::test_b[float32]", "fusion"))
-    assert Path(path).relative_to(tmp_path).as_posix() == "suites_test_a.py_test_b_float32/fusion.pt.trace.json.gz"
+    assert re.fullmatch(r"suites_test_a\.py_test_b_float32-[0-9a-f]{8}/fusion\.pt\.trace\.json\.gz",
+                        Path(path).relative_to(tmp_path).as_posix())
     names = {e.get("name") for e in _events(path)}
     assert {"aten::sin", "aten::mul", "aten::sum"} <= names
+
+
+def test_ids_that_differ_only_in_dropped_characters_get_their_own_folders(tmp_path):
+    """Test ids "a b" and "a:b" slug alike; their traces must not overwrite each other."""
+    folders = {Path(trace_path(tmp_path, f"t.py::test[{i}]", "fusion")).parent for i in ("a b", "a:b", "a_b")}
+    assert len(folders) == 3
+    assert Path(trace_path(tmp_path, "cpu", "fusion")).parent.name == "cpu"  # a plain name stays as it is
 
 
 def test_cuda_categories_become_runtime(tmp_path):

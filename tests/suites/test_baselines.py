@@ -113,7 +113,7 @@ def test_improvement_passes_with_a_note_and_fails_under_strict(tiny):
     edit(tiny, lambda d: d["tests"][SOFTMAX].update(kernels=3))
     result = tiny.runpytest("--fusion-baseline", *COUNTS_ONLY)
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines([f"1 tests improved beyond their baseline (record it with --fusion-update): {SOFTMAX}"])
+    result.stdout.fnmatch_lines([f"1 test improved beyond their baseline (record it with --fusion-update): {SOFTMAX}"])
     strict = tiny.runpytest("--fusion-strict", *COUNTS_ONLY, "-rf")
     strict.assert_outcomes(passed=1, failed=1)
     strict.stdout.fnmatch_lines([
