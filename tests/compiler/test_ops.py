@@ -529,10 +529,12 @@ def test_float32_scans_on_a_cpu_accumulate_in_double(check_compiled, target, op)
     """Eager's CPU scans accumulate float32 in double (acc_type<float, false>); so
     do ours on a CPU, where a float32 running sum of 20000 elements was about 1e-3
     off eager's. On a GPU both accumulate in float32."""
+    if target == "cuda":
+        pytest.skip("on a GPU eager and ours accumulate float32 scans in float32")
     torch.manual_seed(9)
     x = rand((2, 20000), torch.float32)
     x = x if op == "cumsum" else 1 + x * 1e-3
-    check_compiled(lambda x: getattr(x, op)(1), x, tol=None if target == "cuda" else dict(rtol=2e-7, atol=2e-5))
+    check_compiled(lambda x: getattr(x, op)(1), x, tol=dict(rtol=2e-7, atol=2e-5))
 
 
 EXTREME_SCAN_CASES = [(d, s) for d in (torch.float32, torch.bfloat16, torch.int32) for s in SCAN_SHAPES
