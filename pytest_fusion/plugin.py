@@ -9,6 +9,8 @@ import warnings
 import pytest
 import torch
 
+import compiler
+
 from . import gates, markers, results, settings
 from .fixture import SETTINGS, STATE, TIMING_SKIP, create, fusion, routing  # noqa: F401  (fusion: the fixture)
 from .machine import resolve_device, worker_index
@@ -110,11 +112,12 @@ def pytest_runtest_call(item):
     _quiet_torch_trace()
     state = create(item)
     try:
-        with routing(state) if marked else contextlib.nullcontext():
+        with routing(state) if marked else contextlib.nullcontext(), compiler.capture() as body:
             outcome = yield
     except BaseException:
         _finish_failed(item, state)
         raise
+    _warn_uncounted(item, state, body.graphs)
     _measure_or_fail(item, state, state.measure_pending)
     if state.ncu_child:  # the parent gates; this run only made the calls ncu measured
         state.close()
@@ -153,6 +156,22 @@ def _measure_or_fail(item, state, measure) -> None:
     if state.error:
         _finish_failed(item, state)
         pytest.fail(f"pytest-fusion could not measure: {state.error}", pytrace=False)
+
+
+def _warn_uncounted(item, state, graphs) -> None:
+    """Graphs the test body compiled outside the calls the fixture records: the
+    backward that loss.backward() compiles after a compiled forward's call. The
+    gates would judge the forward alone, silently: say so."""
+    counted = {id(g) for g in state.graphs}
+    stray = [g for g in graphs if id(g) not in counted]
+    if not stray:
+        return
+    kinds = sorted({g.kind for g in stray})
+    kernels = sum(len(g.kernels) for g in stray)
+    warnings.warn(pytest.PytestWarning(
+        f"pytest-fusion: {plural(len(stray), 'graph')} ({', '.join(kinds)}; {plural(kernels, 'kernel')}) compiled "
+        "outside the calls the fusion fixture records (loss.backward() after calling a compiled function?): "
+        "the gates do not count or time them; run the backward inside the function given to fusion.run"))
 
 
 def _finish_failed(item, state) -> None:

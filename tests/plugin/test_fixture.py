@@ -299,3 +299,35 @@ def test_case(fusion):
 """, "-p", "no:pytest_fusion.report.hooks")
     result.assert_outcomes(passed=1)
     assert results(result)["test_it.py::test_case"]["metrics"]["launches"] == 1
+
+
+def test_a_backward_compiled_outside_the_recorded_calls_is_warned_of(results, run):
+    """loss.backward() after a compiled forward's call compiles the backward
+    outside the calls the fixture records: the gates judge the forward alone, and
+    a warning says so. The backward inside fusion.run is counted, and not warned of."""
+    result = run("""
+import torch
+
+def step(x, w):
+    return ((x * w).sin() * 2).sum()
+
+def test_outside(fusion):
+    x, w = fusion.randn(64), fusion.randn(64, requires_grad=True)
+    f = fusion.compile(step)
+    f(x, w).backward()
+    assert [g.kind for g in fusion.graphs] == ["forward"]
+
+def test_inside(fusion):
+    x, w = fusion.randn(64), fusion.randn(64, requires_grad=True)
+
+    def train(x, w):
+        step(x, w).backward()
+        return w.grad
+
+    fusion.run(train, x, w, check=False)
+    assert sorted(g.kind for g in fusion.graphs) == ["backward", "forward"]
+""", "-W", "always::pytest.PytestWarning")
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    assert out.count("compiled outside the calls the fusion fixture records") == 1, out
+    assert "test_it.py::test_outside" in out and "1 graph (backward; 1 kernel)" in out, out
