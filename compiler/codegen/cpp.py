@@ -190,8 +190,10 @@ template <typename T> static inline T fusion_nz(T b) {
   if (b == 0) { __atomic_store_n(&fusion_fault, 1, __ATOMIC_RELAXED); return 1; }
   return b;
 }
+// (a plain store, the same value from any thread, read after they join: g++ then
+// takes a row's check out of the loop over its elements, which an atomic one kept in)
 static inline int64_t fusion_in_range(int64_t i, int64_t n) {
-  if ((uint64_t)i >= (uint64_t)n) { __atomic_store_n(&fusion_fault, 2, __ATOMIC_RELAXED); return 0; }
+  if (__builtin_expect((uint64_t)i >= (uint64_t)n, 0)) { fusion_fault = 2; return 0; }
   return i;
 }
 // The most negative integer divided by -1 overflows, which also raises SIGFPE:
