@@ -151,7 +151,7 @@ def _calls(sched, buffers):
             read = sum(_span(r, buffers) for r in _tensor_refs((b.args, tuple(b.kwargs.values()))))
             rec = CallRecord(
                 name=b.name, op=str(b.target), kind=b.kind, aten_node=b.origins[0] if b.origins else "",
-                reason=b.reason, bytes_read=read, bytes_written=results.get(b.name, b.nbytes if b.outputs == 1 else 0),
+                reason=b.reason, bytes_read=read, bytes_written=results.get(b.name, b.nbytes if b.returns_tensor else 0),
             )
             (externs if b.kind == "extern" else fallbacks).append(rec)
     return externs, fallbacks

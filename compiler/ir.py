@@ -286,16 +286,27 @@ class ExternCall(Buffer):
     origins: tuple[str, ...] = ()
     origin_ops: tuple[str, ...] = ()
     kind: str = "extern"
-    outputs: int = 1  # >1: a tuple result, read through MultiOutput buffers
+    outputs: int = 1  # tensors it returns: 0 (run for effect), 1, or those of a sequence
+    sequence: bool = False  # it returns a tuple or list (of any length, one too), read through MultiOutput buffers
     reason: str = ""  # for fallbacks: why it was not lowered
+
+    @property
+    def returns_tensor(self) -> bool:
+        """Whether the call returns one tensor: its own buffer."""
+        return self.outputs == 1 and not self.sequence
 
 
 @dataclasses.dataclass(eq=False)
 class MultiOutput(Buffer):
-    """Element `item` of a tuple returned by an extern or fallback call."""
+    """The element at `path` of a sequence an extern or fallback call returns
+    (a list inside a tuple: two indices)."""
 
     parent: ExternCall | None = None
-    item: int = 0
+    path: tuple[int, ...] = (0,)
+
+    @property
+    def subscript(self) -> str:
+        return "".join(f"[{i}]" for i in self.path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -389,7 +400,7 @@ def describe_buffer(buf: Buffer) -> str:
     if isinstance(buf, ExternCall):
         return f"{buf.name} = {buf.kind} {buf.target}({', '.join(_arg_str(a) for a in buf.args)}) {shape}"
     if isinstance(buf, MultiOutput):
-        return f"{buf.name} = {buf.parent.name}[{buf.item}] {shape}"
+        return f"{buf.name} = {buf.parent.name}{buf.subscript} {shape}"
     return f"{buf.name} {shape}"
 
 

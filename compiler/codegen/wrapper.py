@@ -148,7 +148,7 @@ class WrapperCode:
         """Whether buffer `name` is storage of ours (not an input's or a view's) in
         `out`'s layout, which `out` could take over once `name` is dead."""
         buf = self.buffers[name]
-        fresh = isinstance(buf, ir.ComputedBuffer) or (isinstance(buf, ir.ExternCall) and buf.kind == "extern" and buf.outputs == 1)
+        fresh = isinstance(buf, ir.ComputedBuffer) or (isinstance(buf, ir.ExternCall) and buf.kind == "extern" and buf.returns_tensor)
         return fresh and (tuple(buf.size), tuple(buf.stride), buf.dtype) == (tuple(out.size), tuple(out.stride), out.dtype)
 
     def _take_over(self, name: str, out: ir.Buffer, dying: list[str]):
@@ -179,11 +179,11 @@ class WrapperCode:
     def _extern(self, step: ExternStep):
         buf = step.buffer
         if isinstance(buf, ir.MultiOutput):
-            self.lines.append(f"    {buf.name} = laid_out({buf.parent.name}[{buf.item}], {tuple(buf.stride)})")
+            self.lines.append(f"    {buf.name} = laid_out({buf.parent.name}{buf.subscript}, {tuple(buf.stride)})")
         else:
             op = self.stash(buf.target, "aten_")
             call_args = ", ".join([self.pyrepr(a) for a in buf.args] + [f"{k}={self.pyrepr(v)}" for k, v in buf.kwargs.items()])
-            call = f"{op}({call_args})" if buf.outputs != 1 else f"laid_out({op}({call_args}), {tuple(buf.stride)})"
+            call = f"laid_out({op}({call_args}), {tuple(buf.stride)})" if buf.returns_tensor else f"{op}({call_args})"
             self.lines.append(f"    {buf.name} = {call}  # {buf.target} ({buf.kind})")
         self.allocated[buf.name] = buf.name
 

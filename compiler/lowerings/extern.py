@@ -2,7 +2,10 @@
 and the fallback for every op we do not lower."""
 from __future__ import annotations
 
+import operator
+
 import torch
+import torch.utils._pytree as pytree
 
 from .. import ir
 from ..graph import Lazy, View
@@ -35,7 +38,7 @@ def _to_ref(g, a, fx=None):
 def call_aten(g, node, args, kwargs, kind, reason="", target=None, fx_args=None):
     """`target`, `fx_args`: the op to call instead of the node's own, and its FX
     arguments (addmm called as mm)."""
-    val = node.meta.get("val")
+    val = _value_of(node)
     call_args = tuple(_to_ref(g, a, f) for a, f in zip(args, node.args if fx_args is None else fx_args))
     call_kwargs = {k: _to_ref(g, v, node.kwargs.get(k)) for k, v in kwargs.items()}
     origins = (node.name,)
@@ -47,19 +50,36 @@ def call_aten(g, node, args, kwargs, kind, reason="", target=None, fx_args=None)
         buf = g.register(ir.ExternCall(name=g.new_name(), size=tuple(val.shape), stride=tuple(val.stride()), dtype=val.dtype, **common))
         return View(buf, buf.size, buf.stride, 0)
     if isinstance(val, (list, tuple)):
-        parent = g.register(ir.ExternCall(name=g.new_name(), size=(), stride=(), dtype=torch.float32, outputs=len(val), **common))
-        outs = []
-        for k, v in enumerate(val):
-            if isinstance(v, torch.Tensor):
-                m = g.register(ir.MultiOutput(name=g.new_name(), size=tuple(v.shape), stride=tuple(v.stride()), dtype=v.dtype, device=g.device, parent=parent, item=k))
-                outs.append(View(m, m.size, m.stride, 0))
-            else:
-                outs.append(None)
-        return tuple(outs)
+        tensors = [v for v in pytree.tree_leaves(val) if isinstance(v, torch.Tensor)]
+        parent = g.register(ir.ExternCall(name=g.new_name(), size=(), stride=(), dtype=torch.float32,
+                                          outputs=len(tensors), sequence=True, **common))
+
+        def element(v, path):
+            if isinstance(v, (list, tuple)):  # a list inside the tuple (_amp_foreach_non_finite_check_and_unscale)
+                return tuple(element(w, path + (k,)) for k, w in enumerate(v))
+            if not isinstance(v, torch.Tensor):
+                return None
+            m = g.register(ir.MultiOutput(name=g.new_name(), size=tuple(v.shape), stride=tuple(v.stride()), dtype=v.dtype,
+                                          device=g.device, parent=parent, path=path))
+            return View(m, m.size, m.stride, 0)
+
+        return element(val, ())
     if val is None:  # a check (F.one_hot's range check)
         run_for_effect(g, node, common["target"], call_args, call_kwargs, kind, reason)
         return None
     raise NotImplementedError(f"{node.target} returns {type(val).__name__}, which cannot be lowered or called")
+
+
+def _value_of(node):
+    """The node's traced value. A higher-order op AOTAutograd leaves without one
+    (run_and_save_rng_state, in a checkpointed region that draws random numbers):
+    the tuple its getitem users read."""
+    val = node.meta.get("val")
+    if val is None and isinstance(node.target, torch._ops.HigherOrderOperator):
+        items = {u.args[1]: u.meta.get("val") for u in node.users if u.target is operator.getitem}
+        if items:
+            return tuple(items.get(k) for k in range(max(items) + 1))
+    return val
 
 
 def run_for_effect(g, node, target, args, kwargs=None, kind="extern", reason="") -> None:

@@ -914,6 +914,30 @@ def test_unsupported_op_falls_back(check_compiled, name, fn, op):
     assert len(cap.kernels) >= 1
 
 
+def test_fallbacks_returning_lists(check_compiled):
+    """A fallback whose result is a list of one tensor (a foreach op over one
+    parameter: an optimizer's step, clip_grad_norm_) is that list, not a tensor
+    (it raised 'list' object has no attribute 'stride'); one whose tuple holds a
+    list (GradScaler's unscale check) reads its elements at both indices (its
+    compile raised)."""
+    torch.manual_seed(11)
+
+    def foreach(x, y):
+        return torch._foreach_mul([x], [y])[0] + 1, torch._foreach_norm([x, y])[1] * 2
+
+    def unscale(a, b, scale):
+        found = torch.zeros(1, device=a.device)
+        torch._amp_foreach_non_finite_check_and_unscale_([a, b], found, scale)
+        return found, a * 2, b
+
+    cap = check_compiled(foreach, rand((7,), torch.float32), rand((7,), torch.float32))
+    assert cap.kernels, "the ops after the fallback are ours"
+    for bad in (False, True):
+        a = rand((5,), torch.float32)
+        a[2] = float("inf") if bad else a[2]
+        check_compiled(unscale, a, rand((6,), torch.float32), torch.tensor([0.5]))
+
+
 def test_complex_values_fall_back_with_a_reason(check_on_every_target):
     """Ops on complex tensors (rotary embeddings in complex form, an FFT) run
     through ATen, each listed with its reason; the float ops around them are

@@ -615,3 +615,34 @@ def test_pooling_and_its_backward_are_ours(target, case):
     assert len(cap.kernels) == 1 and not cap.fallbacks, ([k.name for k in cap.kernels], cap.fallbacks)
     if target == "cpp" and "adaptive" not in case and "3d" not in case:  # a window's few values: vectorized over the outputs
         assert "xi < xn" in cap.kernels[0].source
+
+
+def test_a_checkpointed_region_that_draws_random_numbers(target):
+    """Under torch.utils.checkpoint, dropout's random numbers come from a
+    higher-order op that saves the generator's state for the backward to replay
+    (AOTAutograd leaves it without a traced value: its compile raised). The
+    backward drops the elements the forward dropped; with a fixed seed, a call
+    repeats."""
+    from torch.utils.checkpoint import checkpoint
+
+    def f(x):
+        return checkpoint(lambda y: F.dropout(y * 2, 0.5, True), x, use_reentrant=False)
+
+    device = "cuda" if target == "cuda" else "cpu"
+    x0 = torch.randn(4000, generator=torch.Generator().manual_seed(1)).to(device)
+    compiled = torch.compile(f, backend="fusion")
+    grads, outs = [], []
+    with on_target(target), compiler.capture() as cap:
+        for _ in range(2):
+            x = x0.clone().requires_grad_()
+            torch.manual_seed(0)
+            out = compiled(x)
+            out.sum().backward()
+            outs.append(out.detach())
+            grads.append(x.grad)
+    assert torch.equal(outs[0], outs[1]) and torch.equal(grads[0], grads[1])
+    kept = outs[0] != 0
+    assert 0.4 < kept.float().mean() < 0.6
+    torch.testing.assert_close(outs[0][kept], (4 * x0)[kept])
+    torch.testing.assert_close(grads[0], 4.0 * kept)
+    assert sorted(g.kind for g in cap.graphs) == ["backward", "forward"]
