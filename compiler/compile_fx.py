@@ -1,6 +1,7 @@
 """One ATen graph in, one callable out: lower, schedule, generate, build, record."""
 from __future__ import annotations
 
+
 import time
 from pathlib import Path
 
@@ -25,10 +26,14 @@ def graph_device(example_inputs) -> torch.device:
 
 
 def has_symbolic_sizes(example_inputs) -> bool:
+    """Whether an input's size is a symbol (a SymInt of a known value, as the
+    saved generator state of a checkpointed dropout has, is a size like any)."""
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
+
     for x in example_inputs:
-        if isinstance(x, torch.SymInt):
+        if isinstance(x, torch.SymInt) and not is_concrete_int(x):
             return True
-        if isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in (*x.shape, *x.stride())):
+        if isinstance(x, torch.Tensor) and not all(is_concrete_int(s) for s in (*x.shape, *x.stride())):
             return True
     return False
 
@@ -36,6 +41,9 @@ def has_symbolic_sizes(example_inputs) -> bool:
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str = "inference"):
     if has_symbolic_sizes(example_inputs):  # the fusion backend compiles each shape (backend._per_shape)
         return run_uncompiled(gm, example_inputs, kind, "symbolic sizes: kernels are built for fixed sizes")
+    opaque = _opaque_higher_order_op(gm)
+    if opaque is not None:
+        return run_uncompiled(gm, example_inputs, kind, f"{opaque}: a higher-order op with no traced value to lower it by")
     start, device, gid, aten_graph, n_aten = _describe(gm, example_inputs)
 
     graph = GraphLowering(gm, example_inputs, device).run()
@@ -178,6 +186,19 @@ def _describe(gm: torch.fx.GraphModule, example_inputs):
     aten_graph = gm.print_readable(print_output=False) if hasattr(gm, "print_readable") else str(gm.graph)
     n_aten = sum(1 for n in gm.graph.nodes if n.op == "call_function")
     return time.perf_counter(), graph_device(example_inputs), next_graph_id(), aten_graph, n_aten
+
+
+def _opaque_higher_order_op(gm: torch.fx.GraphModule) -> str | None:
+    """The name of a higher-order op that AOTAutograd left without a traced value
+    we can tell (lowerings.extern.hop_value), or None: graphsafe_run_with_rng_state
+    (dropout in a checkpointed region on a GPU, its generator a graph input)."""
+    from .lowerings.extern import hop_value
+
+    for node in gm.graph.nodes:
+        if isinstance(node.target, torch._ops.HigherOrderOperator) and node.meta.get("val") is None \
+                and node.users and hop_value(node) is None:
+            return node.target.name()
+    return None
 
 
 def run_uncompiled(gm: torch.fx.GraphModule, example_inputs, kind: str, note: str):

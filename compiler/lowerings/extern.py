@@ -71,15 +71,31 @@ def call_aten(g, node, args, kwargs, kind, reason="", target=None, fx_args=None)
 
 
 def _value_of(node):
-    """The node's traced value. A higher-order op AOTAutograd leaves without one
-    (run_and_save_rng_state, in a checkpointed region that draws random numbers):
-    the tuple its getitem users read."""
+    """The node's traced value, or for a higher-order op AOTAutograd left without
+    one, what hop_value finds."""
     val = node.meta.get("val")
     if val is None and isinstance(node.target, torch._ops.HigherOrderOperator):
-        items = {u.args[1]: u.meta.get("val") for u in node.users if u.target is operator.getitem}
-        if items:
-            return tuple(items.get(k) for k in range(max(items) + 1))
+        return hop_value(node)
     return val
+
+
+def hop_value(node):
+    """The value of a higher-order op that AOTAutograd leaves untraced, or None
+    where it cannot be told: the tuple its getitem users read
+    (run_and_save_rng_state: a checkpointed region's random numbers and the
+    generator state it saves), or what the op it replays gives
+    (run_with_rng_state, in the backward), computed on meta tensors."""
+    items = {u.args[1]: u.meta.get("val") for u in node.users if u.target is operator.getitem}
+    if items and len(items) == len(node.users):
+        return tuple(items.get(k) for k in range(max(items) + 1))
+    if node.target is torch.ops.higher_order.run_with_rng_state:
+        def meta(a):
+            v = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+            return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else a
+
+        op, args = node.args[1], node.args[2:]
+        return op(*map(meta, args), **{k: meta(v) for k, v in node.kwargs.items()})
+    return None
 
 
 def run_for_effect(g, node, target, args, kwargs=None, kind="extern", reason="") -> None:
