@@ -1,7 +1,6 @@
 """One ATen graph in, one callable out: lower, schedule, generate, build, record."""
 from __future__ import annotations
 
-
 import time
 from pathlib import Path
 

@@ -78,7 +78,7 @@ def load(buffer: str, index: sympy.Expr, dtype: torch.dtype, indirect: tuple = (
 def const(value, dtype: torch.dtype) -> Expr:
     if dtype.is_floating_point:
         value = float(value)
-        if value == 0 and math.copysign(1.0, value) < 0:
+        if is_negative_zero(value):
             # Python has 0.0 == -0.0 (one hash): the mark keeps x / -0.0 from being x / 0.0
             return Expr("const", (value, "-0"), dtype)
     elif dtype == torch.bool:
@@ -86,6 +86,10 @@ def const(value, dtype: torch.dtype) -> Expr:
     else:
         value = _wrapped(int(value), dtype)
     return Expr("const", (value,), dtype)
+
+
+def is_negative_zero(value) -> bool:
+    return value == 0 and math.copysign(1.0, value) < 0
 
 
 def _wrapped(value: int, dtype: torch.dtype) -> int:

@@ -26,6 +26,7 @@ import pytest
 
 from . import machine, settings
 from .fixture import STATE
+from .report.schema import write_atomic
 from .units import format_ms, format_size, plural
 
 # metric -> (kind, better): counts compare exactly, the others within the file's
@@ -257,10 +258,7 @@ class BaselineFile:
 
     def save(self) -> None:
         """Sorted, one key a line, written atomically: the committed text diffs well."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f"{self.path.name}.tmp{os.getpid()}")
-        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, self.path)
+        write_atomic(self.path, lambda f: f.write(json.dumps(self.data, indent=1, sort_keys=True) + "\n"))
 
 
 def _number(v) -> bool:

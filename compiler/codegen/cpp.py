@@ -184,14 +184,14 @@ static inline float fusion_cosf(float x, int& out_of_range) {
 // What ATen raises on, flagged for the launcher to raise (cpp_backend.FAULTS): an
 // integer division by zero (SIGFPE would kill the process) divides by 1 instead, an
 // index value out of its dim's range (a read past the buffer) reads at 0 instead.
+// A plain store, of the same value from any thread, read after they join: g++ then
+// takes a row's check out of the loop over its elements, which an atomic one kept in.
 static int fusion_fault = 0;
 extern "C" int fusion_take_fault() { int e = fusion_fault; fusion_fault = 0; return e; }
 template <typename T> static inline T fusion_nz(T b) {
-  if (b == 0) { __atomic_store_n(&fusion_fault, 1, __ATOMIC_RELAXED); return 1; }
+  if (__builtin_expect(b == 0, 0)) { fusion_fault = 1; return 1; }
   return b;
 }
-// (a plain store, the same value from any thread, read after they join: g++ then
-// takes a row's check out of the loop over its elements, which an atomic one kept in)
 static inline int64_t fusion_in_range(int64_t i, int64_t n) {
   if (__builtin_expect((uint64_t)i >= (uint64_t)n, 0)) { fusion_fault = 2; return 0; }
   return i;

@@ -300,7 +300,7 @@ class TritonKernel:
     def _expr(self, s: ir.Expr, cse: dict) -> Value:
         t = s.dtype
         if s.op == "const":
-            if t in (torch.float32, torch.float64) and s.args[0] == 0 and math.copysign(1.0, s.args[0]) < 0:
+            if t in (torch.float32, torch.float64) and ir.is_negative_zero(s.args[0]):
                 # -0.0 from its bits: Triton 3.6 drops a Python -0.0's sign (x / -0.0 was +inf)
                 bits = "0x80000000, tl.uint32" if t == torch.float32 else "0x8000000000000000, tl.uint64"
                 return Value(f"tl.full({self.ones_shape()}, {bits}).to({TL_DTYPE[t]}, bitcast=True)", frozenset())

@@ -255,7 +255,7 @@ def scan(g, node, x, dim, rtype, value=None, dtype=None, acc=None):
         raise Unsupported("empty scan")
     dim = dim % x.ndim
     cdt = acc or upcast(dtype)
-    if cdt == torch.float32 and g.device.type == "cpu" and rtype != "max" and rtype != "min":
+    if cdt == torch.float32 and g.device.type == "cpu" and rtype not in ("max", "min"):
         cdt = torch.float64  # eager's CPU scans accumulate float32 in double (acc_type<float, false>)
     stride = contiguous_strides(tuple(x.size))
     value = value or (lambda idx: x.load(idx))

@@ -205,14 +205,15 @@ def load(path: str | os.PathLike) -> dict:
     return doc
 
 
-def write_atomic(path: str | os.PathLike, write) -> str:
-    """Write through `write(file)` into a temporary file renamed into place, so a
-    reader (or a merge) never sees half a file; a failed write leaves no temporary."""
+def write_atomic(path: str | os.PathLike, write, opener=open) -> str:
+    """Write through `write(file)` into a temporary file (opened as text by
+    `opener`: gzip.open compresses) renamed into place, so a reader (or a merge)
+    never sees half a file; a failed write leaves no temporary."""
     path = os.fspath(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        with opener(tmp, "wt", encoding="utf-8") as f:
             write(f)
         os.replace(tmp, path)
     except BaseException:

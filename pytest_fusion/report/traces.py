@@ -14,6 +14,8 @@ import os
 import re
 import tempfile
 
+from .schema import write_atomic
+
 # torch-tb-profiler 0.4.3 predates these categories; unknown, its events are dropped
 # and the operator view shows no GPU time. Under the name it knows they are counted.
 CATEGORY_MAP = {"cuda_runtime": "runtime", "cuda_driver": "runtime"}
@@ -49,12 +51,7 @@ def _read(path: str) -> dict:
 
 
 def _write(trace: dict, path: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(tmp, "wt", encoding="utf-8") as f:
-        json.dump(trace, f)
-    os.replace(tmp, path)
+    write_atomic(path, lambda f: json.dump(trace, f), gzip.open if path.endswith(".gz") else open)
 
 
 def save_trace(trace: dict, path: str | os.PathLike) -> str:
