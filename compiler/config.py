@@ -34,6 +34,9 @@ class Config:
     # them finishes and wait for it in their first instruction (programmatic
     # dependent launch): the launch latency between kernels is hidden
     pdl: bool = dataclasses.field(default_factory=lambda: _flag("FUSION_PDL", True))
+    # check index values read from memory (embedding, gather, index): C++ raises
+    # IndexError, Triton asserts on the device, as eager; off: unchecked, a little faster
+    index_checks: bool = dataclasses.field(default_factory=lambda: _flag("FUSION_INDEX_CHECKS", True))
     # a graph that Dynamo traced with symbolic sizes compiles for this many shapes;
     # calls with further shapes run it uncompiled (with a warning and a record)
     max_shapes: int = dataclasses.field(default_factory=lambda: int(os.environ.get("FUSION_MAX_SHAPES", "8")))

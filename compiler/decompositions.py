@@ -12,7 +12,7 @@ from torch._decomp.decompositions import native_dropout as _decomposed_dropout
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from .config import config
-from .ir import upcast
+from .ir import overflows, upcast
 
 aten = torch.ops.aten
 
@@ -234,7 +234,7 @@ def _searchsorted(sorted_sequence, values, *, out_int32=False, right=False, side
     for _ in range(n.bit_length()):
         mid = (start + end) // 2
         found = torch.gather(sorted_sequence, -1, mid.clamp(max=max(n - 1, 0)))
-        after = (found <= values) if right else (found < values)
+        after = ~(found > values) if right else ~(found >= values)  # ATen's tests: a NaN value goes last
         searching = start < end
         start = torch.where(searching & after, mid + 1, start)
         end = torch.where(searching & ~after, mid, end)
@@ -306,6 +306,49 @@ def _grid_sampler_2d(x, grid, *args):
     return _decomposed_grid_sampler_2d(x, grid, *args)
 
 
+def _negatives_as_eager(decomposition, index_at: int, dim_at: int | None, wraps: bool):
+    """`decomposition` of an op whose decomposition reaches advanced indexing,
+    which counts a negative index from the end, with eager's own rule for
+    negative indices: index_select, embedding, index_add and index_copy refuse
+    them (moved down by the dim's size first, the lowering's wrap leaves them
+    negative and its range check fails); index_fill, which decomposes into
+    index_copy, counts them from the end (`wraps`)."""
+    def decompose(*args, **kwargs):
+        x, args = args[0], list(args)
+        dim = 0 if dim_at is None else args[dim_at] % max(x.ndim, 1)
+        size = x.shape[dim] if x.ndim else 1
+        index = args[index_at]
+        args[index_at] = torch.where(index < 0, index + size if wraps else index - size, index)
+        return decomposition(*args, **kwargs)
+
+    return decompose
+
+
+def _in_input_layout(decomposition, n: int):
+    """`decomposition` of a pooling, its outputs laid out channels-last where its
+    input is, as eager's (a decomposition's own result is contiguous)."""
+    def decompose(x, *args, **kwargs):
+        out = decomposition(x, *args, **kwargs)
+        layout = torch.channels_last if n == 2 else torch.channels_last_3d
+        if out is NotImplemented or x.ndim != n + 2 or x.is_contiguous() or not x.is_contiguous(memory_format=layout):
+            return out
+        if isinstance(out, tuple):
+            return tuple(o.contiguous(memory_format=layout) for o in out)
+        return out.contiguous(memory_format=layout)
+
+    return decompose
+
+
+def _masked_fill(decomposition):
+    """masked_fill with a value its dtype cannot hold (float32's lowest in a bf16
+    attention mask) stays ATen's, which raises as eager does; the decomposition's
+    scalar_tensor would round it to -inf."""
+    def decompose(x, mask, value):
+        return NotImplemented if overflows(value, x.dtype) else decomposition(x, mask, value)
+
+    return decompose
+
+
 @functools.lru_cache(None)
 def decomposition_table() -> dict:
     table = dict(core_aten_decompositions())
@@ -325,6 +368,15 @@ def decomposition_table() -> dict:
     table[aten.adaptive_max_pool2d_backward.default] = _scatter_to_maxima
     table[aten.grid_sampler_2d.default] = _grid_sampler_2d
     table[aten.searchsorted.Tensor] = _searchsorted
+    for op, index_at, dim_at, wraps in ((aten.embedding.default, 1, None, False), (aten.index_select.default, 2, 1, False),
+                                        (aten.index_add.default, 2, 1, False), (aten.index_copy.default, 2, 1, False),
+                                        (aten.index_fill.int_Tensor, 2, 1, True), (aten.index_fill.int_Scalar, 2, 1, True)):
+        table[op] = _negatives_as_eager(table[op], index_at, dim_at, wraps)
+    table[aten.masked_fill.Scalar] = _masked_fill(table[aten.masked_fill.Scalar])
+    for n, ops in ((2, (aten.max_pool2d_with_indices, aten.avg_pool2d, aten._adaptive_avg_pool2d, aten.adaptive_max_pool2d)),
+                   (3, (aten.max_pool3d_with_indices,))):  # eager's avg_pool3d gives a contiguous result
+        for op in ops:
+            table[op.default] = _in_input_layout(table[op.default], n)
     for op in _KEEP:
         table.pop(op, None)
     return table

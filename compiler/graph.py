@@ -270,7 +270,9 @@ class GraphLowering:
             return
         depth = 1 + max((self.lazy_depth.get(a, 0) for a in node.all_input_nodes), default=0)
         if depth > self.COUNT_OPS_DEPTH and v.count_ops() > self.REALIZE_OPS:
-            self.env[node] = self._root_view(v, None) or self.realize(v)
+            val = node.meta.get("val")  # stored in eager's layout: it may be an output (a channels_last pooling)
+            stride = tuple(val.stride()) if _dense(val) else None
+            self.env[node] = self._root_view(v, stride) or self.realize(v, stride)
             depth = 0
         self.lazy_depth[node] = depth
 

@@ -105,6 +105,21 @@ def index_value(expr: sympy.Expr, dtype=torch.int64) -> Expr:
     return Expr("index", (sympy.sympify(expr),), dtype)
 
 
+def overflows(value, dtype: torch.dtype) -> bool:
+    """Whether ATen refuses to convert a Python number to `dtype` (c10's overflows):
+    a finite float beyond the type's range, an integer beyond the integer type's
+    (an unsigned one takes negatives down to -max, which wrap)."""
+    if dtype == torch.bool or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if dtype.is_floating_point:
+        return math.isfinite(value) and abs(value) > torch.finfo(dtype).max
+    if isinstance(value, float) and not math.isfinite(value):
+        return True
+    info = torch.iinfo(dtype)
+    low = -info.max if info.min == 0 else info.min
+    return not low <= value <= info.max
+
+
 def cast(x: Expr, dtype: torch.dtype) -> Expr:
     if x.dtype == dtype:
         return x

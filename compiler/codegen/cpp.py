@@ -67,6 +67,7 @@ PRELUDE = r"""
 #include <cstring>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 extern "C" {
 %SIMD%
 }
@@ -247,6 +248,17 @@ template <typename T> static inline bool fusion_recip_ok(T b) {
   T m = std::abs(b);
   return m >= std::numeric_limits<T>::min() && m <= T(1) / std::numeric_limits<T>::min();
 }
+// Integer add, sub, mul, neg, abs and not wrap around as ATen's do: computed in an
+// unsigned type (a signed overflow is undefined: g++ folded a + 1 > a to true) and
+// cast back to the narrow type (C++ computes int8_t and int16_t as int)
+template <typename T> using fusion_uint =
+    typename std::conditional<(sizeof(T) < 4), uint32_t, typename std::make_unsigned<T>::type>::type;
+template <typename T> static inline T fusion_wadd(T a, T b) { return T((fusion_uint<T>)a + (fusion_uint<T>)b); }
+template <typename T> static inline T fusion_wsub(T a, T b) { return T((fusion_uint<T>)a - (fusion_uint<T>)b); }
+template <typename T> static inline T fusion_wmul(T a, T b) { return T((fusion_uint<T>)a * (fusion_uint<T>)b); }
+template <typename T> static inline T fusion_wneg(T a) { return T(fusion_uint<T>(0) - (fusion_uint<T>)a); }
+template <typename T> static inline T fusion_wabs(T a) { return a < T(0) ? fusion_wneg<T>(a) : a; }
+template <typename T> static inline T fusion_wnot(T a) { return T(~a); }
 // Shifts as ATen's: by a negative count or by the width or more (undefined in C++,
 // x86 takes the count modulo the width), a left shift gives 0, a right shift the sign.
 template <typename T> static inline T fusion_shl(T a, T b) {
@@ -354,6 +366,10 @@ def _fn(name: str, dtype: torch.dtype) -> str:
 def _exp(dtype: torch.dtype) -> str:
     return "exp" if dtype == torch.float64 else "fusion_expf"
 
+
+# integer ops that wrap around (fusion_w* in the prelude)
+WRAPPING_C = {"add": "fusion_wadd", "sub": "fusion_wsub", "mul": "fusion_wmul", "neg": "fusion_wneg",
+              "abs": "fusion_wabs", "bitwise_not": "fusion_wnot"}
 
 UNARY_C = {
     "abs": lambda a, t: f"std::abs({a})",
@@ -577,6 +593,8 @@ class CppKernel:
             return f"({a[0]} ? {a[1]} : {a[2]})"
         if s.op in ("sin", "cos") and self.fast_trig and s.args[0].dtype == torch.float32:
             return f"fusion_{s.op}f({a[0]}, {TRIG_FLAG})"
+        if s.op in WRAPPING_C and t != torch.bool and not t.is_floating_point:
+            return f"{WRAPPING_C[s.op]}<{CTYPE[t]}>({', '.join(a)})"
         if s.op in UNARY_C:
             return UNARY_C[s.op](a[0], s.args[0].dtype)
         if s.op == "truediv" and self.r_loop and _divides_by_row_value(s):

@@ -128,6 +128,7 @@ class TritonKernel:
         self.workspace = self._workspace()
         self.helpers: set[str] = set()
         self.rounds_in_registers = False  # a value rounded to 16 bits, then computed on
+        self.checks_indices = False  # asserts index values (compiled with debug=True)
         self.tmp = 0
         self.regs: dict[str, Value] = {}  # member name -> value held in registers
         self.draws = any(e.op == "philox" for m in kernel.members for e in m.value.walk())  # random numbers
@@ -320,6 +321,8 @@ class TritonKernel:
         if s.op == "philox" and (block := self._philox_block(s, cse)) is not None:
             return block
         args = [cse[a] for a in s.args if isinstance(a, ir.Expr)]
+        if s.op == "in_range":
+            return self._index_in_range(*args)
         if s.op == "cast":
             return self._cast(args[0], s.args[0].dtype, t)
         if s.op == "bitcast":
@@ -340,6 +343,13 @@ class TritonKernel:
             code = render([self.as_tensor(a, x.dtype) for a, x in zip(args, [x for x in s.args if isinstance(x, ir.Expr)])])
         self.helpers.update(h for h in CALLED_HELPERS if h + "(" in code)
         return Value(code, axes)
+
+    def _index_in_range(self, index: Value, size: Value) -> Value:
+        """An index value, asserted on the device to lie in [0, size) where its lanes are live."""
+        self.helpers.add("_index_in_range")
+        self.checks_indices = True
+        index = self.as_tensor(index, torch.int64)
+        return Value(f"_index_in_range({index.code}, {size.code}, {self.mask(index.axes)})", index.axes)
 
     def _philox_block(self, s: ir.Expr, cse: dict) -> Value | None:
         """A block's random numbers where consecutive elements along the block's last
@@ -548,6 +558,7 @@ class TritonKernel:
             # to bf16/fp16 in between, which eager does round (TorchInductor turns
             # it off when it emulates eager's casts, for the same reason)
             fp_fusion=not self.rounds_in_registers,
+            debug=self.checks_indices,
         )
 
     def _tunes_on_call(self) -> bool:

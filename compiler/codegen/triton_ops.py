@@ -135,8 +135,6 @@ def binary(op: str, a: str, b: str, t: torch.dtype) -> str:
         return f"{a} {INFIX_OPS[op]} {b}"
     if op == "truediv":
         return f"{a} / {b}"
-    if op == "in_range":  # unchecked: a device assert needs kernels compiled for debugging
-        return a
     if op == "logical_and":
         return f"({a} != 0) & ({b} != 0)"
     if op == "logical_or":
@@ -217,6 +215,14 @@ def _philox_words(seed, counters, STEP: tl.constexpr, TAKE: tl.constexpr):
 def _float_remainder(a, b):
     r = libdevice.fmod(a, b)
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+""",
+    # an index value read from memory, checked as eager checks it: a kernel with this
+    # compiles with debug=True (a device-side assert, as TorchInductor's); the
+    # interpreter skips device asserts
+    "_index_in_range": """@triton.jit
+def _index_in_range(i, n, mask):
+    tl.device_assert((i >= 0) & (i < n), "index out of range in a pytest-fusion kernel", mask=mask)
+    return i
 """,
     "_floordiv": """@triton.jit
 def _floordiv(a, b):

@@ -22,17 +22,96 @@ aten = torch.ops.aten
 
 
 def _indirect(g, value: ir.Expr, size: int, wraps: bool = True):
-    """A fresh index symbol bound to `value`, negative indices wrapped (unless not
-    `wraps`: gather's are errors) and the result checked to lie in [0, size) (C++
-    raises IndexError, as ATen; Triton takes it unchecked); or, where the value is
-    a position in the loop (_position), that position, unbound."""
+    """A fresh index symbol bound to `value` _checked; or, where the value is a
+    position in the loop (_position), that position, unbound."""
     position = _position(value)
     if position is not None and position.is_nonnegative:
         return position, None
-    value = ir.cast(value, torch.int64)
-    checked = ir.op("in_range", _wrapped(value, size) if wraps else value, ir.const(size, torch.int64), dtype=torch.int64)
     g.indirect_count = getattr(g, "indirect_count", 0) + 1
-    return symbol(f"ind{g.indirect_count - 1}"), checked
+    return symbol(f"ind{g.indirect_count - 1}"), _checked(value, size, wraps)
+
+
+def _checked(value: ir.Expr, size: int, wraps: bool) -> ir.Expr:
+    """An index value as int64, negative ones counted from the end where `wraps`
+    (x[-1]; gather's and scatter's are errors), checked to lie in [0, size)
+    (config.index_checks: C++ raises IndexError, as ATen; Triton asserts on the
+    device) where it is read from memory and not seen to lie there (_bounds: a
+    where or a clamp that keeps it inside, as grid_sample's). Values computed
+    from positions alone are a decomposition's (upsampling's), inside by
+    construction; a user's constant index out of range is left to ATen
+    (_affine_forms)."""
+    value = ir.cast(value, torch.int64)
+    lo, hi = _bounds(value, {})
+    if wraps and lo < 0:
+        neg = ir.op("lt", value, ir.const(0, torch.int64), dtype=torch.bool)
+        value = ir.op("where", neg, ir.op("add", value, ir.const(size, torch.int64), dtype=torch.int64), value,
+                      dtype=torch.int64)
+    inside = 0 <= lo and hi < size
+    if not config.index_checks or inside or not any(e.op == "load" for e in value.walk()):
+        return value
+    return ir.op("in_range", value, ir.const(size, torch.int64), dtype=torch.int64)
+
+
+UNBOUNDED = (-math.inf, math.inf)
+
+
+def _bounds(e: ir.Expr, facts: dict) -> tuple[float, float]:
+    """(lo, hi) with lo <= e <= hi wherever e is a number, from constants, integer
+    clamps and what the conditions of a `where` that picks e say of it (`facts`:
+    value -> bounds); UNBOUNDED where unknown."""
+    lo, hi = _op_bounds(e, facts)
+    known = facts.get(e, UNBOUNDED)
+    return max(lo, known[0]), min(hi, known[1])
+
+
+def _op_bounds(e: ir.Expr, facts: dict) -> tuple[float, float]:
+    args = [a for a in e.args if isinstance(a, ir.Expr)]
+    if e.op == "const" and isinstance(e.args[0], (int, float)) and not math.isnan(e.args[0]):
+        return e.args[0], e.args[0]
+    if e.op == "cast" and not e.dtype.is_floating_point and e.dtype != torch.bool:
+        lo, hi = _bounds(args[0], facts)
+        if not args[0].dtype.is_floating_point and e.dtype.itemsize < args[0].dtype.itemsize:
+            return UNBOUNDED  # may wrap
+        return tuple(float(math.trunc(b)) if math.isfinite(b) else b for b in (lo, hi))
+    if e.op in ("floor", "ceil"):
+        rnd = math.floor if e.op == "floor" else math.ceil
+        return tuple(float(rnd(b)) if math.isfinite(b) else b for b in _bounds(args[0], facts))
+    if e.op in ("add", "sub") and len(args) == 2:
+        (a_lo, a_hi), (b_lo, b_hi) = _bounds(args[0], facts), _bounds(args[1], facts)
+        return (a_lo + b_lo, a_hi + b_hi) if e.op == "add" else (a_lo - b_hi, a_hi - b_lo)
+    if e.op in ("maximum", "minimum") and not e.dtype.is_floating_point:  # a float one passes NaN on
+        (a_lo, a_hi), (b_lo, b_hi) = _bounds(args[0], facts), _bounds(args[1], facts)
+        pick = max if e.op == "maximum" else min
+        return pick(a_lo, b_lo), pick(a_hi, b_hi)
+    if e.op == "where":
+        (t_lo, t_hi), (f_lo, f_hi) = _bounds(args[1], _facts(args[0], facts)), _bounds(args[2], facts)
+        return min(t_lo, f_lo), max(t_hi, f_hi)
+    return UNBOUNDED
+
+
+def _facts(cond: ir.Expr, facts: dict) -> dict:
+    """`facts` and what `cond` (comparisons with constants, and-ed) says where it holds."""
+    if cond.op == "logical_and":
+        return _facts(cond.args[1], _facts(cond.args[0], facts))
+    if cond.op not in ("lt", "le", "gt", "ge") or len(cond.args) != 2:
+        return facts
+    a, b = cond.args
+    op = cond.op
+    if a.op == "const":  # k < x is x > k
+        a, b, op = b, a, {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[op]
+    if b.op != "const" or not isinstance(b.args[0], (int, float)) or math.isnan(b.args[0]):
+        return facts
+    k, fp = b.args[0], a.dtype.is_floating_point
+    lo, hi = facts.get(a, UNBOUNDED)
+    if op == "lt":
+        hi = min(hi, math.nextafter(k, -math.inf) if fp else k - 1)
+    elif op == "le":
+        hi = min(hi, k)
+    elif op == "gt":
+        lo = max(lo, math.nextafter(k, math.inf) if fp else k + 1)
+    else:
+        lo = max(lo, k)
+    return {**facts, a: (lo, hi)}
 
 
 @register(aten.index.Tensor)
@@ -280,7 +359,7 @@ def _scatter_along(g, node, x, dim, index, src, reduce: str | None, dtype=None, 
         raise Unsupported("scatter of a 0-d input, or with an index of another rank")
 
     def place(idx):
-        at = _wrapped(ir.cast(index.load(list(idx)), torch.int64), x.size[dim])
+        at = _checked(index.load(list(idx)), x.size[dim], wraps=False)
         return _element(x.size, {d: i for d, i in enumerate(idx) if d != dim}, {dim: at})
 
     return _scatter_into(g, node, x, tuple(index.size), place, lambda idx: broadcast_load(src, index.size, idx),
@@ -302,7 +381,7 @@ def _scatter_hits(g, node, x, dim, index, src, rtype):
     def body(idx):
         at = [sympy.Min(i, index.size[d] - 1) if d in short else i for d, i in enumerate(idx[:-1])]
         at[dim] = idx[-1]
-        hit = ir.op("eq", ir.cast(index.load(at), torch.int64), ir.index_value(idx[dim]), dtype=torch.bool)
+        hit = ir.op("eq", _checked(index.load(at), x.size[dim], wraps=False), ir.index_value(idx[dim]), dtype=torch.bool)
         for d in short:
             inside = ir.op("lt", ir.index_value(idx[d]), ir.const(index.size[d], torch.int64), dtype=torch.bool)
             hit = ir.op("logical_and", hit, inside, dtype=torch.bool)
@@ -353,8 +432,10 @@ def _affine_forms(index_nodes, picks: _Picks) -> list | None:
             if not isinstance(v, torch.Tensor) or v.dtype.is_floating_point or v.dtype == torch.bool or not v.numel():
                 return None
             v = v.long().expand(picks.shape)
-            if v.min() < 0 or v.max() >= picks.x_size[d]:
-                return None  # negative indices count from the end; out of range raises in eager
+            if v.min() < -picks.x_size[d] or v.max() >= picks.x_size[d]:
+                raise Unsupported("a constant index out of range (ATen raises IndexError)")
+            if v.min() < 0:
+                return None  # negative indices count from the end
             origin = v[(0,) * v.ndim]
             cs = [int(v[tuple(1 if k == j else 0 for k in range(v.ndim))] - origin) if n > 1 else 0
                   for j, n in enumerate(v.shape)]
@@ -568,12 +649,6 @@ def add_into_scatter(g, node, a, b) -> View | None:
                                              origin_ops=g.ops_of(origins)))
         return View(new, new.size, new.stride)
     return None
-
-
-def _wrapped(v: ir.Expr, size: int) -> ir.Expr:
-    """An index value, negative ones counted from the end."""
-    neg = ir.op("lt", v, ir.const(0, torch.int64), dtype=torch.bool)
-    return ir.op("where", neg, ir.op("add", v, ir.const(size, torch.int64), dtype=torch.int64), v, dtype=torch.int64)
 
 
 def _element(size, direct: dict, picked: dict):

@@ -267,15 +267,17 @@ def copy(g, node, dst, src, non_blocking=False):
 
 @register(aten.fill.Scalar)
 def fill(g, node, x, value):
-    return make_pointwise(g, node, lambda: ir.const(value, upcast(out_val(node).dtype)), [])
+    return full(g, node, None, value)
 
 
 @register(aten.full, aten.full_like)
 def full(g, node, *args, **kwargs):
-    value = args[1]
+    value, dtype = args[1], out_val(node).dtype
     if is_tensor(value):
         raise Unsupported("tensor fill value")
-    return make_pointwise(g, node, lambda: ir.const(value, upcast(out_val(node).dtype)), [])
+    if ir.overflows(value, dtype):  # full_like(70000.0) of a float16: ATen's fill raises
+        raise Unsupported(f"fill value {value} overflows {dtype} (ATen raises)")
+    return make_pointwise(g, node, lambda: ir.const(value, upcast(dtype)), [])
 
 
 @register(aten.scalar_tensor)

@@ -197,8 +197,16 @@ def flip(g, node, x, dims):
 @register(aten.as_strided.default)
 def as_strided(g, node, x, size, stride, storage_offset=None):
     """A window on x's storage: the input's, or the buffer x's root is realized into.
-    storage_offset counts from the start of that storage (an input's own offset included)."""
-    _, offset = _layout(x)
+    storage_offset counts from the start of that storage (an input's own offset included).
+    A computed x that eager lays out otherwise (transposed, channels_last: it keeps
+    its inputs' layout) is stored in eager's layout first, where its storage is its own."""
+    layout, offset = _layout(x)
+    eager = node.args[0].meta["val"]
+    if not _same_layout(x.size, layout, eager.stride()) and not _is_graph_input(x):
+        if eager.storage_offset() != 0:
+            raise Unsupported("as_strided of a view of a computed value that eager lays out otherwise")
+        x = g.realize(Lazy(x.size, x.dtype, x.load, x.origins), stride=eager.stride())
+        offset = 0
     if not isinstance(x, View):
         root = x.view_of[0] if getattr(x, "view_of", None) else x
         size, stride = tuple(size), tuple(stride)
@@ -213,6 +221,15 @@ def as_strided(g, node, x, size, stride, storage_offset=None):
     if storage_offset is not None:
         offset = storage_offset - getattr(x.buffer, "offset", 0)
     return View(x.buffer, tuple(size), tuple(stride), offset)
+
+
+def _same_layout(size, a, b) -> bool:
+    """Whether strides a and b lay out `size` alike (b may be symbolic: then assumed so)."""
+    return all(sa == sb for n, sa, sb in zip(size, a, b) if n > 1 and isinstance(sb, int))
+
+
+def _is_graph_input(x) -> bool:
+    return isinstance(x, View) and not isinstance(x.buffer, ir.ComputedBuffer)
 
 
 # a cat of more pieces is built in stored groups of this many: as one expression,

@@ -11,11 +11,16 @@ import tempfile
 from pathlib import Path
 
 from ..config import config
+from ..errors import FusionCompilerError
 
 
 def cache_dir() -> Path:
     d = Path(config.cache_dir).expanduser()
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise FusionCompilerError(f"the kernel cache directory {d} cannot be created ({e.strerror}); "
+                                  "set FUSION_CACHE_DIR to a writable directory") from e
     return d
 
 

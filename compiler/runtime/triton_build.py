@@ -177,6 +177,8 @@ def compile_options(meta: dict, cfg: dict) -> dict:
                    enable_fp_fusion=meta.get("fp_fusion", True))
     if meta.get("pdl"):  # an option since Triton 3.4 (triton_config.dependent_launch)
         options["launch_pdl"] = True
+    if meta.get("debug"):  # its device asserts (index values), without Triton's integer overflow checks
+        options.update(debug=True, sanitize_overflow=False)
     return options
 
 

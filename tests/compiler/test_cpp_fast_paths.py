@@ -87,7 +87,9 @@ def test_long_float_sums_are_as_accurate_as_eager(fresh_dynamo, case):
     def error(y):
         return float(((y.double() - exact).abs() / exact.abs()).max())
 
-    assert error(got) <= max(4 * error(fn(x)), 2e-7), (error(got), error(fn(x)))
+    # the floor: a vectorized sigmoid's own rounding errors do not cancel over a
+    # million values (2.3e-7 on an AMD EPYC without AVX-512); one accumulator is 100x that
+    assert error(got) <= max(4 * error(fn(x)), 5e-7), (error(got), error(fn(x)))
 
 
 def test_a_sum_of_vector_math_calls_keeps_one_accumulator(check_compiled):

@@ -7,9 +7,17 @@ output is compared on its own and a failure names each op that differs.
 Every test also asserts that no op fell back to ATen, so losing a lowering fails."""
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
+
+import compiler
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
@@ -279,12 +287,20 @@ def test_identical_reductions_return_separate_tensors(check_compiled, target):
     assert len(set(storages[:4])) == 4 and storages[4] == storages[5], storages
 
 
-@pytest.mark.parametrize("case", ["take", "index", "negative index", "index_select int32", "embedding", "gather negative"])
+INDEX_OUT_OF_RANGE = ["take", "index", "negative index", "index_select int32", "embedding", "gather negative",
+                      "scatter", "scatter negative", "scatter_add negative", "long scatter_add", "scatter_reduce negative",
+                      "index_select negative", "embedding negative", "index_add negative", "index_copy negative"]
+
+
+@pytest.mark.parametrize("case", INDEX_OUT_OF_RANGE)
 def test_an_index_out_of_range_raises_in_cpp(case):
     """An index value outside its dim raises IndexError from a C++ kernel, as ATen
     raises, where it read past the buffer (silent garbage, or a segfault that ended
-    pytest). Triton kernels take indices unchecked."""
+    pytest), and a scatter dropped it. Negative values count from the end only
+    where eager's do (x[-1], index_fill): gather, scatter, index_select, embedding,
+    index_add and index_copy refuse them (they were counted from the end)."""
     x, table = torch.arange(5.0), rand((5, 3), torch.float32)
+    many = torch.arange(100) % 5
     fn, args = {
         "take": (lambda x, i: torch.take(x, i), (x, torch.tensor([0, 10**11]))),
         "index": (lambda t, i: t[i] * 2, (table, torch.tensor([0, 5]))),
@@ -292,6 +308,15 @@ def test_an_index_out_of_range_raises_in_cpp(case):
         "index_select int32": (lambda x, i: torch.index_select(x, 0, i), (x, torch.tensor([0, 5], dtype=torch.int32))),
         "embedding": (lambda t, i: F.embedding(i, t), (table, torch.tensor([[1, 7]]))),
         "gather negative": (lambda x, i: torch.gather(x, 0, i), (x, torch.tensor([0, -1]))),
+        "scatter": (lambda x, i: (x * 2).scatter(0, i, x[:2]) + 1, (x, torch.tensor([0, 5]))),
+        "scatter negative": (lambda x, i: (x * 2).scatter(0, i, x[:2]) + 1, (x, torch.tensor([0, -1]))),
+        "scatter_add negative": (lambda x, i: (x * 2).scatter_add(0, i, x[:2]) + 1, (x, torch.tensor([0, -1]))),
+        "long scatter_add": (lambda x, i: (x * 2).scatter_add(0, i, torch.ones(100)), (x, torch.cat([many[:99], torch.tensor([5])]))),
+        "scatter_reduce negative": (lambda x, i: (x * 2).scatter_reduce(0, i, x[:2], "amax"), (x, torch.tensor([1, -1]))),
+        "index_select negative": (lambda t, i: (t * 2).index_select(0, i), (table, torch.tensor([0, -1]))),
+        "embedding negative": (lambda t, i: F.embedding(i, t), (table, torch.tensor([[1, -1]]))),
+        "index_add negative": (lambda t, i: (t * 2).index_add(0, i, t[:2]), (table, torch.tensor([0, -1]))),
+        "index_copy negative": (lambda t, i: (t * 2).index_copy(0, i, t[:2]), (table, torch.tensor([0, -1]))),
     }[case]
     with pytest.raises((IndexError, RuntimeError)):
         fn(*args)  # eager
@@ -299,6 +324,53 @@ def test_an_index_out_of_range_raises_in_cpp(case):
         torch.compile(fn, backend="fusion")(*args)
     torch._dynamo.reset()
     torch.testing.assert_close(torch.compile(fn, backend="fusion")(args[0], args[1].clamp(0, 4)), fn(args[0], args[1].clamp(0, 4)))
+
+
+def test_negative_indices_count_from_the_end_where_eagers_do(check_compiled):
+    """x[-1], index_put and index_fill take -1 as the last element (index_fill
+    decomposes into index_copy, which refuses it)."""
+    table, values = rand((5, 3), torch.float32), rand((2, 3), torch.float32)
+    i = torch.tensor([-1, 1])
+    check_compiled(lambda t, v, i: ((t * 2)[i], (t * 2).index_put((i,), v), (t * 2).index_fill(0, i, 3.0)), table, values, i)
+
+
+def test_a_constant_index_out_of_range_is_left_to_aten():
+    """An index built from aranges (a constant) is read directly, unchecked; one
+    out of range is ATen's, which raises, where the kernel read past the buffer."""
+    fn = lambda x: x[torch.arange(10) + 5] * 2  # noqa: E731
+    x = rand((8,), torch.float32)
+    with pytest.raises(IndexError):
+        fn(x)
+    with compiler.capture() as cap, pytest.raises(IndexError, match="out of bounds"):
+        torch.compile(fn, backend="fusion")(x)
+    assert [f.op for g in cap.graphs for f in g.fallbacks] == ["aten.index.Tensor"], cap.graphs
+
+
+def test_an_index_out_of_range_asserts_on_the_gpu():
+    """A Triton kernel asserts on the device that an index value lies in its dim, as
+    eager's CUDA kernels and TorchInductor's do: the process's CUDA context is then
+    lost, so the call runs in a child process."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    code = textwrap.dedent("""
+        import torch, torch.nn.functional as F, compiler
+        fn = torch.compile(lambda t, i: F.embedding(i, t * 2), backend="fusion")
+        t = torch.randn(5, 3, device="cuda")
+        good = torch.tensor([[1, 4]], device="cuda")
+        torch.testing.assert_close(fn(t, good), F.embedding(good, t * 2))
+        with compiler.capture() as cap:
+            fn(t, torch.tensor([[1, 4, 2]], device="cuda"))
+        assert any("_index_in_range(" in k.source for k in cap.kernels), [k.source for k in cap.kernels]
+        try:
+            fn(t, torch.tensor([[1, 7, 2]], device="cuda"))
+            torch.cuda.synchronize()
+        except RuntimeError as e:
+            print("raised:", e)
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).parents[2])
+    assert "raised:" in proc.stdout and "device-side assert" in proc.stdout, proc.stdout + proc.stderr
+    assert "index out of range in a pytest-fusion kernel" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
@@ -310,6 +382,54 @@ def test_addcmul_and_addcdiv_round_once(check_compiled, target, dtype):
     a, b, c = rand((1001,), dtype), rand((1001,), dtype), rand((1001,), dtype, "pos")
     check_compiled(lambda a, b, c: (torch.addcmul(a, b, c, value=0.5), torch.addcdiv(a, b, c)), a, b, c,
                    names=["addcmul(value=0.5)", "addcdiv"], tol=None if target == "cuda" else dict(rtol=0, atol=0))
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64], ids=dtype_id)
+def test_integer_arithmetic_wraps_around_as_atens(check_compiled, dtype):
+    """Integer add, sub, mul, neg and abs wrap around in the tensor's dtype, as
+    ATen's do. C++ computed int8 and int16 as int (127 + 1 was 128 to a float, a
+    comparison, a sum) and let g++ assume that a signed overflow never happens
+    (a + 1 > a was true at the largest value)."""
+    info = torch.iinfo(dtype)
+    a = torch.tensor([info.max, info.min, 5, info.max - 1, info.min + 1, 3], dtype=dtype)
+
+    def f(a):
+        b, c = a + 1, a * 3
+        return (b.float(), b > a, c < a, b.sum(), (a - 2).to(torch.float64), (-a).to(torch.int64), b.abs().to(torch.int64),
+                (~a).float(), torch.where(b > a, b, c), b.cumsum(0, dtype=dtype))
+
+    check_compiled(f, a, names=["(a+1).float()", "a+1 > a", "a*3 < a", "(a+1).sum()", "a-2", "-a", "|a+1|", "~a", "where",
+                                "cumsum"])
+
+
+@pytest.mark.parametrize("case", ["bf16 masked_fill(float32 lowest)", "fp16 masked_fill(-1e5)", "fp16 full_like(70000)",
+                                  "int8 masked_fill(300)", "int8 fill_(-129)"])
+def test_a_fill_value_its_dtype_cannot_hold_raises_as_in_eager(case):
+    """A Python number beyond the range of the tensor's dtype is refused by ATen
+    (a bf16 attention mask filled with float32's lowest); compiled, it was
+    rounded to inf or wrapped. Such fills are ATen's now, which raise."""
+    x = rand((4, 5), torch.float32)
+    m = x > 0
+    fn, arg = {
+        "bf16 masked_fill(float32 lowest)": (lambda x, m: x.masked_fill(m, torch.finfo(torch.float32).min), x.bfloat16()),
+        "fp16 masked_fill(-1e5)": (lambda x, m: x.masked_fill(m, -1e5), x.half()),
+        "fp16 full_like(70000)": (lambda x, m: torch.full_like(x, 70000.0) + x, x.half()),
+        "int8 masked_fill(300)": (lambda x, m: (x * 2).masked_fill(m, 300), (x * 10).to(torch.int8)),
+        "int8 fill_(-129)": (lambda x, m: (x * 2).fill_(-129), (x * 10).to(torch.int8)),
+    }[case]
+    with pytest.raises(RuntimeError, match="without overflow"):
+        fn(arg, m)
+    with pytest.raises(RuntimeError, match="without overflow"):
+        torch.compile(fn, backend="fusion")(arg, m)
+
+
+def test_fill_values_at_the_edge_of_a_dtype_compile(check_compiled):
+    """inf, a dtype's own lowest and an unsigned type's negatives (which wrap) fill."""
+    x = rand((4, 5), torch.float32)
+    m = x > 0
+    cap = check_compiled(lambda x, m, u: (x.bfloat16().masked_fill(m, float("-inf")), x.half().masked_fill(m, -65504.0),
+                                          u.masked_fill(m, -1) + 1), x, m, (x * 10).to(torch.uint8))
+    assert not cap.fallbacks, cap.fallbacks
 
 
 def test_python_ints_out_of_an_integer_dtypes_range_wrap_into_it(check_compiled):
@@ -878,6 +998,24 @@ def test_grid_sample_gathers_in_triton_without_gradients(check_compiled, target,
     assert len(cap.kernels) == 1, [k.name for k in cap.kernels]
     cap = check_compiled(fn, x.requires_grad_(), grid, tol=dict(rtol=1e-4, atol=1e-4))
     assert "gradients" in {f.op: f.reason for f in cap.fallbacks}["aten.grid_sampler_2d.default"]
+
+
+def test_pooling_a_channels_last_input_gives_a_channels_last_result(check_compiled, target):
+    """Pooling keeps a channels-last input's layout, as eager's kernels do (the
+    decompositions' results were contiguous, and a too-large value was stored
+    contiguous, whatever eager's layout)."""
+    x = rand((2, 3, 7, 13), torch.float32).to(memory_format=torch.channels_last)
+    x3 = rand((2, 3, 5, 6, 7), torch.float32).to(memory_format=torch.channels_last_3d)
+    fns = [lambda x, x3: F.max_pool2d(x, 3, 2, 1, return_indices=True), lambda x, x3: F.avg_pool2d(x, 3, 2, 1),
+           lambda x, x3: F.adaptive_avg_pool2d(x, (3, 5)), lambda x, x3: F.adaptive_max_pool2d(x, (3, 5)),
+           lambda x, x3: F.max_pool3d(x3, 2), lambda x, x3: F.avg_pool3d(x3, 2)]
+    check_compiled(lambda x, x3: tuple(f(x, x3) for f in fns), x, x3)
+    device = "cuda" if target == "cuda" else "cpu"
+    x, x3 = x.to(device), x3.to(device)
+    for f in fns:
+        torch._dynamo.reset()
+        got, want = pytree.tree_leaves(torch.compile(f, backend="fusion")(x, x3)), pytree.tree_leaves(f(x, x3))
+        assert [g.stride() for g in got] == [w.stride() for w in want], f
 
 
 @pytest.mark.parametrize("out", [(5, 7), (4, 1), (13, 37)], ids=str)

@@ -216,6 +216,14 @@ def test_a_kernel_that_fails_to_build_names_itself_and_its_source(tmp_path):
     assert path.read_text() == bad
 
 
+def test_an_unusable_cache_directory_is_named_in_the_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with config.patch(cache_dir=str(blocker / "cache")), pytest.raises(compiler.FusionCompilerError) as err:
+        cpp_build.build("cpp_poi_fused_any_0", 'extern "C" void cpp_poi_fused_any_0() {}\n')
+    assert str(blocker / "cache") in str(err.value) and "FUSION_CACHE_DIR" in str(err.value)
+
+
 def test_a_python_float_under_dynamic_shapes_is_a_constant_of_its_value():
     """With dynamic=True Dynamo passes a Python float as a tensor it reads with
     .item(), whose value fake tensors cannot give: each value compiles as a

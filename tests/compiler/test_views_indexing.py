@@ -97,6 +97,21 @@ def test_views_of_computed_values(check_compiled):
     no_fallbacks(cap)
 
 
+def test_as_strided_of_a_computed_value_eager_lays_out_otherwise(check_compiled):
+    """A computed value keeps its inputs' layout in eager (a transposed or a
+    channels_last input), and as_strided (diagonal's decomposition) reads that
+    storage: it is stored so first. It was read as if contiguous: wrong values,
+    forward and backward."""
+    a, cl = rand((13, 7)).t(), rand((2, 3, 5, 7)).to(memory_format=torch.channels_last)
+    cap = check_compiled(lambda a, cl: ((a * 2).as_strided((5,), (1,), 3) + 1, (a * 2).diagonal(1), torch.diag(a * 3, 1),
+                                        (cl + 1).diagonal(0, 2, 3) * 2, (cl + 1).as_strided((2, 105), (105, 1)) * 2), a, cl)
+    no_fallbacks(cap)
+    w, v = a.detach().requires_grad_(), a.detach().requires_grad_()
+    torch.compile(lambda w: ((w * 2).diagonal(1) ** 2).sum(), backend="fusion")(w).backward()
+    ((v * 2).diagonal(1) ** 2).sum().backward()
+    torch.testing.assert_close(w.grad, v.grad)
+
+
 def test_view_outputs_alias_inputs_and_need_no_kernel(check_compiled):
     x = rand((4, 6))
     cap = check_compiled(lambda x: (x.t(), x.view(2, 12), x[1:, ::2], x.unsqueeze(0), x), x)
@@ -524,12 +539,14 @@ def test_searchsorted_rows_are_a_binary_search(check_compiled):
     """searchsorted over rows (an inverse-CDF sample: each row its own CDF) is a
     binary search in one kernel, every value stepping at once, left or right, as
     int64 or int32; a 1-D sequence is bucketize's. Values equal to an element,
-    below the first and past the last. A sorter is left to ATen."""
+    below the first and past the last; NaN goes past the last, as in ATen (it went
+    first). A sorter is left to ATen."""
     torch.manual_seed(8)
     cdf = torch.rand(7, 33).cumsum(-1)
     cdf = cdf / cdf[:, -1:]
     u = torch.rand(7, 5)
     u[0, 0], u[1] = cdf[0, 3], torch.tensor([0.0, 1.0, 2.0, -1.0, float(cdf[1, 10])])
+    u[2, :2] = torch.tensor([float("nan"), float("inf")])
     table = {
         "left": lambda c, v, s: torch.searchsorted(c, v), "right": lambda c, v, s: torch.searchsorted(c, v, right=True),
         "side right, int32": lambda c, v, s: torch.searchsorted(c, v, side="right", out_int32=True),
