@@ -99,6 +99,12 @@ def takes_tensors_only(code: str) -> bool:
 
 def unary(op: str, a: str, t: torch.dtype) -> str:
     fp = t.is_floating_point
+    if op in ("neg", "abs", "bitwise_not") and not fp and t != torch.bool and t.itemsize < 4:
+        # Triton negates an 8- or 16-bit integer in int32 (-(-32768) was 32768 on an
+        # H200): back to the dtype, as ATen wraps; ~ of a uint8 as ^ 255 (Triton 3.6's
+        # interpreter builds its all-ones as -1, which numpy 2 refuses for uint8)
+        inner = f"{a} ^ 255" if op == "bitwise_not" and t == torch.uint8 else unary(op, a, torch.int32)
+        return f"({inner}).to({TL_DTYPE[t]})"
     if op in FP32_HELPERS and t == torch.float32:
         return f"{FP32_HELPERS[op]}({a})"
     if op in TL_UNARY and (fp or op == "abs"):
