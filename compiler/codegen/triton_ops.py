@@ -100,21 +100,15 @@ def takes_tensors_only(code: str) -> bool:
 def unary(op: str, a: str, t: torch.dtype) -> str:
     fp = t.is_floating_point
     if op in ("neg", "abs", "bitwise_not") and not fp and t != torch.bool:
-        # they wrap as ATen's: an 8- or 16-bit integer negated in int32 and wrapped
-        # into its range there (cut back with .to() alone, -(-32768) was 32768 on an
-        # H200: the cut and the widening after it were folded away), abs without
-        # tl.abs (LLVM's abs of the most negative value is poison); ~ of a uint8 as
-        # ^ 255 (Triton 3.6's interpreter builds all-ones as -1, which numpy 2 refuses)
+        # they wrap as ATen's: an 8- or 16-bit integer computed in int32 and cut back
+        # to its dtype, abs without tl.abs (LLVM's abs of the most negative value is
+        # poison); ~ of a uint8 as ^ 255 (Triton 3.6's interpreter builds all-ones as
+        # -1, which numpy 2 refuses for uint8)
         small = t.itemsize < 4
         w = f"({a}).to(tl.int32)" if small else a
         inner = {"neg": f"-{w}", "abs": f"tl.where({w} < 0, -{w}, {w})",
                  "bitwise_not": f"{a} ^ 255" if t == torch.uint8 else f"~{a}"}[op]
-        if not small or op == "bitwise_not":
-            return inner if not small else f"({inner}).to({TL_DTYPE[t]})"
-        bits = t.itemsize * 8
-        half = 0 if t == torch.uint8 else 1 << (bits - 1)
-        wrapped = f"((({inner}) + {half}) & {(1 << bits) - 1}) - {half}" if half else f"({inner}) & {(1 << bits) - 1}"
-        return f"({wrapped}).to({TL_DTYPE[t]})"
+        return f"({inner}).to({TL_DTYPE[t]})" if small else inner
     if op in FP32_HELPERS and t == torch.float32:
         return f"{FP32_HELPERS[op]}({a})"
     if op in TL_UNARY and (fp or op == "abs"):
