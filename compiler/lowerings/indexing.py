@@ -55,36 +55,40 @@ def _checked(value: ir.Expr, size: int, wraps: bool) -> ir.Expr:
 UNBOUNDED = (-math.inf, math.inf)
 
 
-def _bounds(e: ir.Expr, facts: dict) -> tuple[float, float]:
+def _bounds(e: ir.Expr, facts: dict, memo: dict | None = None) -> tuple[float, float]:
     """(lo, hi) with lo <= e <= hi wherever e is a number, from constants, integer
     clamps and what the conditions of a `where` that picks e say of it (`facts`:
-    value -> bounds); UNBOUNDED where unknown."""
-    lo, hi = _op_bounds(e, facts)
-    known = facts.get(e, UNBOUNDED)
-    return max(lo, known[0]), min(hi, known[1])
+    value -> bounds); UNBOUNDED where unknown. `memo` holds the bounds found under
+    these facts: a value shared by several operands is bounded once."""
+    memo = {} if memo is None else memo
+    if e not in memo:
+        lo, hi = _op_bounds(e, facts, memo)
+        known = facts.get(e, UNBOUNDED)
+        memo[e] = max(lo, known[0]), min(hi, known[1])
+    return memo[e]
 
 
-def _op_bounds(e: ir.Expr, facts: dict) -> tuple[float, float]:
+def _op_bounds(e: ir.Expr, facts: dict, memo: dict) -> tuple[float, float]:
     args = [a for a in e.args if isinstance(a, ir.Expr)]
     if e.op == "const" and isinstance(e.args[0], (int, float)) and not math.isnan(e.args[0]):
         return e.args[0], e.args[0]
     if e.op == "cast" and not e.dtype.is_floating_point and e.dtype != torch.bool:
-        lo, hi = _bounds(args[0], facts)
+        lo, hi = _bounds(args[0], facts, memo)
         if not args[0].dtype.is_floating_point and e.dtype.itemsize < args[0].dtype.itemsize:
             return UNBOUNDED  # may wrap
         return tuple(float(math.trunc(b)) if math.isfinite(b) else b for b in (lo, hi))
     if e.op in ("floor", "ceil"):
         rnd = math.floor if e.op == "floor" else math.ceil
-        return tuple(float(rnd(b)) if math.isfinite(b) else b for b in _bounds(args[0], facts))
+        return tuple(float(rnd(b)) if math.isfinite(b) else b for b in _bounds(args[0], facts, memo))
     if e.op in ("add", "sub") and len(args) == 2:
-        (a_lo, a_hi), (b_lo, b_hi) = _bounds(args[0], facts), _bounds(args[1], facts)
+        (a_lo, a_hi), (b_lo, b_hi) = _bounds(args[0], facts, memo), _bounds(args[1], facts, memo)
         return (a_lo + b_lo, a_hi + b_hi) if e.op == "add" else (a_lo - b_hi, a_hi - b_lo)
     if e.op in ("maximum", "minimum") and not e.dtype.is_floating_point:  # a float one passes NaN on
-        (a_lo, a_hi), (b_lo, b_hi) = _bounds(args[0], facts), _bounds(args[1], facts)
+        (a_lo, a_hi), (b_lo, b_hi) = _bounds(args[0], facts, memo), _bounds(args[1], facts, memo)
         pick = max if e.op == "maximum" else min
         return pick(a_lo, b_lo), pick(a_hi, b_hi)
-    if e.op == "where":
-        (t_lo, t_hi), (f_lo, f_hi) = _bounds(args[1], _facts(args[0], facts)), _bounds(args[2], facts)
+    if e.op == "where":  # the picked value under what its condition says (new facts: a memo of their own)
+        (t_lo, t_hi), (f_lo, f_hi) = _bounds(args[1], _facts(args[0], facts)), _bounds(args[2], facts, memo)
         return min(t_lo, f_lo), max(t_hi, f_hi)
     return UNBOUNDED
 

@@ -202,7 +202,7 @@ def as_strided(g, node, x, size, stride, storage_offset=None):
     its inputs' layout) is stored in eager's layout first, where its storage is its own."""
     layout, offset = _layout(x)
     eager = node.args[0].meta["val"]
-    if not _same_layout(x.size, layout, eager.stride()) and not _is_graph_input(x):
+    if not _same_layout(x.size, layout, eager.stride()) and not _laid_out_by_aten(x):
         if eager.storage_offset() != 0:
             raise Unsupported("as_strided of a view of a computed value that eager lays out otherwise")
         x = g.realize(Lazy(x.size, x.dtype, x.load, x.origins), stride=eager.stride())
@@ -228,7 +228,7 @@ def _same_layout(size, a, b) -> bool:
     return all(sa == sb for n, sa, sb in zip(size, a, b) if n > 1 and isinstance(sb, int))
 
 
-def _is_graph_input(x) -> bool:
+def _laid_out_by_aten(x) -> bool:
     return isinstance(x, View) and not isinstance(x.buffer, ir.ComputedBuffer)
 
 
