@@ -9,11 +9,11 @@
 from .backend import fusion_backend, register
 from .config import config
 from .errors import FusionCompilerError, KernelCompileError
-from .stats import CallRecord, Capture, GraphRecord, KernelRecord, capture
+from .stats import CallRecord, Capture, GraphRecord, KernelRecord, capture, runs
 
 register()
 
 __all__ = [
-    "fusion_backend", "config", "capture", "Capture", "GraphRecord", "KernelRecord", "CallRecord",
+    "fusion_backend", "config", "capture", "runs", "Capture", "GraphRecord", "KernelRecord", "CallRecord",
     "FusionCompilerError", "KernelCompileError",
 ]

@@ -141,8 +141,9 @@ def _uncompiled(gm, args, shapes: int):
 
 
 def register() -> None:
-    """Make `torch.compile(backend="fusion")` work without the entry point."""
-    from torch._dynamo.backends.registry import _BACKENDS, register_backend
+    """Make `torch.compile(backend="fusion")` work without the entry point (again
+    when it already does: Dynamo refuses a second registration of a name)."""
+    from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_backend
 
-    if "fusion" not in _BACKENDS or _BACKENDS["fusion"] is None:
+    if "fusion" not in _COMPILER_FNS and _BACKENDS.get("fusion") is None:
         register_backend(name="fusion")(fusion_backend)

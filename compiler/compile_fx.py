@@ -13,7 +13,7 @@ from .codegen.wrapper import WrapperCode
 from .config import config
 from .graph import GraphLowering, View
 from .scheduler import ExternStep, FusedKernel, schedule
-from .stats import CallRecord, GraphRecord, KernelRecord, next_graph_id, publish
+from .stats import CallRecord, GraphRecord, KernelRecord, next_graph_id, observed, publish
 
 
 def graph_device(example_inputs) -> torch.device:
@@ -114,9 +114,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str = "inferen
         from .runtime import cuda_graphs
 
         call = cuda_graphs.wrap(call)
-    call._boxed_call = True
-    call.record = record
-    return call
+    return observed(call, record)
 
 
 def _report_output_strides(graph: GraphLowering) -> None:
@@ -216,9 +214,7 @@ def run_uncompiled(gm: torch.fx.GraphModule, example_inputs, kind: str, note: st
         out = gm(*a)
         return out if isinstance(out, (tuple, list)) else (out,)
 
-    call._boxed_call = True
-    call.record = record
-    return call
+    return observed(call, record)
 
 
 def _backend(target: str):

@@ -101,6 +101,36 @@ def publish(record: GraphRecord) -> None:
         fn(record)
 
 
+_run_listeners: list[Callable[[GraphRecord], None]] = []
+
+
+def observed(call, record: GraphRecord):
+    """`call` (a compiled graph's boxed call), telling the `runs()` blocks around
+    it that its graph ran: a graph compiled once may run in several calls, and a
+    call's bytes are those of the graphs it ran (unobserved, a call costs one
+    loop over an empty list)."""
+
+    def run(args):
+        for fn in _run_listeners:
+            fn(record)
+        return call(args)
+
+    run._boxed_call = True
+    run.record = record
+    return run
+
+
+@contextlib.contextmanager
+def runs() -> Iterator[list[GraphRecord]]:
+    """The records of the compiled graphs called inside the block, once per call."""
+    ran: list[GraphRecord] = []
+    _run_listeners.append(ran.append)
+    try:
+        yield ran
+    finally:
+        _run_listeners.remove(ran.append)
+
+
 @dataclasses.dataclass
 class Capture:
     """Everything compiled inside a `capture()` block."""

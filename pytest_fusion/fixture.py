@@ -108,6 +108,7 @@ class _Compiled:
         self.compiled = compiled
         self.eager = eager
         self.target: Target | None = None  # its first call
+        self.ran: list[compiler.GraphRecord] = []  # the graphs its first call ran, once per run
         self.measured = False
 
 
@@ -228,13 +229,15 @@ class Fusion:
         start = time.perf_counter()
         cap = None
         try:
-            with compiler.capture() as cap, self._inductor_profiling():
+            with compiler.capture() as cap, compiler.runs() as ran, self._inductor_profiling():
                 out = handle.compiled(*args, **kwargs)
         finally:
             self._depth -= 1
             if cap is not None:  # records of a call that raised are kept too
                 self.graphs += cap.graphs
                 self._add_breaks(handle, cap.graph_break_reasons)
+                if first:
+                    handle.ran = ran
         elapsed = time.perf_counter() - start
         after = self._inductor_counts()
         self._inductor_kernels += after[0] - before[0]
@@ -401,8 +404,11 @@ class Fusion:
         if ours == "fusion":
             m["kernels"], m["externs"], m["fallbacks"] = len(self.kernels), len(self.externs), len(self.fallbacks)
             m["fallback_ops"] = [f"{c.op} ({c.reason})" if c.reason else c.op for c in self.fallbacks]
-            m["bytes_read"] = sum(g.bytes_read for g in self.graphs)
-            m["bytes_written"] = sum(g.bytes_written for g in self.graphs)
+            # per call, as launches and times are: the graphs each measured first call
+            # ran (a graph compiled once and run by two calls counts twice)
+            ran = [g for h in self._compiled for g in h.ran]
+            m["bytes_read"] = sum(g.bytes_read for g in ran)
+            m["bytes_written"] = sum(g.bytes_written for g in ran)
             m["bytes_total"] = m["bytes_read"] + m["bytes_written"]
         else:
             m["kernels"], m["externs"], m["fallbacks"] = self._inductor_kernels, None, None

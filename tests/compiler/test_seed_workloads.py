@@ -237,3 +237,11 @@ def test_a_python_float_under_dynamic_shapes_is_a_constant_of_its_value():
             torch.testing.assert_close(compiled(a, s), fn(a, s))
     assert not [f for g in cap.graphs for f in g.fallbacks]
     assert sorted(k.numel for k in cap.kernels) == [21, 21, 35]
+
+
+def test_register_again_keeps_the_backend():
+    """`compiler.register()` where `import compiler` (or the entry point) already
+    registered "fusion": Dynamo refuses a name twice, so a second call does nothing."""
+    compiler.register()
+    compiler.register()
+    assert run(lambda x: (x + 1) * 2, torch.randn(5)).kernels

@@ -301,6 +301,34 @@ def test_case(fusion):
     assert results(result)["test_it.py::test_case"]["metrics"]["launches"] == 1
 
 
+def test_bytes_are_per_call_as_launches_are(results, run):
+    """A function run twice compiles one graph (Dynamo's cache) and is measured
+    twice: bytes, like launches and times, are those of both calls; a call on
+    another shape counts its own graph."""
+    result = run("""
+def f(x):
+    return (x.relu() + 1).sum(-1)
+
+def test_twice(fusion):
+    x = fusion.randn(8, 33)
+    fusion.run(f, x)
+    one = fusion.metrics
+    fusion.run(f, x)
+    m = fusion.metrics
+    assert len(fusion.graphs) == 1 and one["launches"] == 1 and m["launches"] == 2
+    assert one["bytes_read"] == 8 * 33 * 4 and m["bytes_read"] == 2 * 8 * 33 * 4
+    assert m["bytes_written"] == 2 * one["bytes_written"]
+
+def test_two_shapes(fusion):
+    fusion.run(f, fusion.randn(8, 33))
+    fusion.run(f, fusion.randn(4, 33))
+    assert len(fusion.graphs) == 2 and fusion.metrics["bytes_read"] == 12 * 33 * 4
+""")
+    result.assert_outcomes(passed=2)
+    m = results(result)["test_it.py::test_twice"]["metrics"]
+    assert m["launches"] == 2 and m["bytes_read"] == 2 * 8 * 33 * 4
+
+
 def test_a_backward_compiled_outside_the_recorded_calls_is_warned_of(results, run):
     """loss.backward() after a compiled forward's call compiles the backward
     outside the calls the fixture records: the gates judge the forward alone, and
