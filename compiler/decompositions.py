@@ -339,12 +339,38 @@ def _in_input_layout(decomposition, n: int):
     return decompose
 
 
-def _masked_fill(decomposition):
-    """masked_fill with a value its dtype cannot hold (float32's lowest in a bf16
-    attention mask) stays ATen's, which raises as eager does; the decomposition's
-    scalar_tensor would round it to -inf."""
-    def decompose(x, mask, value):
-        return NotImplemented if overflows(value, x.dtype) else decomposition(x, mask, value)
+# Scalar arguments ATen converts to the op's dtype, raising where they overflow it
+# ("value cannot be converted to type int8_t without overflow"), where compiled code
+# would wrap or round them (float32's lowest in a bf16 attention mask's masked_fill
+# to -inf, an int8 clamp's 300): such a call stays ATen's, which raises as eager does
+CONVERTED_SCALARS = {
+    aten.clamp.default: ("min", "max"), aten.clamp_min.default: ("min",), aten.clamp_max.default: ("max",),
+    aten.hardtanh.default: ("min_val", "max_val"), aten.threshold.default: ("threshold", "value"),
+    aten.pow.Tensor_Scalar: ("exponent",), aten.add.Tensor: ("alpha",), aten.add.Scalar: ("alpha",), aten.sub.Tensor: ("alpha",), aten.sub.Scalar: ("alpha",),
+    aten.rsub.Tensor: ("alpha",), aten.rsub.Scalar: ("alpha",), aten.addcmul.default: ("value",),
+    aten.addcdiv.default: ("value",), aten.masked_fill.Scalar: ("value",), aten.scatter.value: ("value",),
+}
+
+
+def overflowing_scalar(op, args, kwargs, dtype: torch.dtype) -> str | None:
+    """"name=value" of a CONVERTED_SCALARS argument of this call that `dtype`
+    cannot hold, else None."""
+    names = CONVERTED_SCALARS.get(op)
+    if not names:
+        return None
+    bound = dict(zip((a.name for a in op._schema.arguments), args)) | dict(kwargs)
+    return next((f"{n}={bound[n]!r}" for n in names if overflows(bound.get(n), dtype)), None)
+
+
+def _scalars_checked(op, decomposition):
+    """`decomposition` of an op with CONVERTED_SCALARS, declining (the op stays
+    ATen's) where one overflows the dtype of the op's tensors."""
+    def decompose(*args, **kwargs):
+        tensors = [a.dtype for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        dtype = functools.reduce(torch.promote_types, tensors) if tensors else None
+        if dtype is not None and overflowing_scalar(op, args, kwargs, dtype):
+            return NotImplemented
+        return decomposition(*args, **kwargs)
 
     return decompose
 
@@ -372,7 +398,8 @@ def decomposition_table() -> dict:
                                         (aten.index_add.default, 2, 1, False), (aten.index_copy.default, 2, 1, False),
                                         (aten.index_fill.int_Tensor, 2, 1, True), (aten.index_fill.int_Scalar, 2, 1, True)):
         table[op] = _negatives_as_eager(table[op], index_at, dim_at, wraps)
-    table[aten.masked_fill.Scalar] = _masked_fill(table[aten.masked_fill.Scalar])
+    for op in CONVERTED_SCALARS.keys() & table.keys():
+        table[op] = _scalars_checked(op, table[op])
     for n, ops in ((2, (aten.max_pool2d_with_indices, aten.avg_pool2d, aten._adaptive_avg_pool2d, aten.adaptive_max_pool2d)),
                    (3, (aten.max_pool3d_with_indices,))):  # eager's avg_pool3d gives a contiguous result
         for op in ops:

@@ -80,6 +80,11 @@ template <typename T> static inline T fusion_add(T a, T b) { return a + b; }
 template <typename T> static inline T fusion_prod(T a, T b) { return a * b; }
 template <typename T> static inline T fusion_max_nan(T a, T b) { return (a != a || a > b) ? a : b; }
 template <typename T> static inline T fusion_min_nan(T a, T b) { return (a != a || a < b) ? a : b; }
+// torch.maximum and friends: a tie (+0.0 and -0.0) gives the first operand, as ATen's std::max
+template <typename T> static inline T fusion_maximum(T a, T b) { return (a < b || b != b) ? b : a; }
+template <typename T> static inline T fusion_minimum(T a, T b) { return (b < a || b != b) ? b : a; }
+template <typename T> static inline T fusion_fmax(T a, T b) { return (a < b || a != a) ? b : a; }
+template <typename T> static inline T fusion_fmin(T a, T b) { return (b < a || a != a) ? b : a; }
 template <typename T> static inline T fusion_logaddexp(T a, T b) {
   const T hi = (a != a || a > b) ? a : b, lo = (a != a || a > b) ? b : a;
   return hi == lo ? hi + T(0.6931471805599453) : hi + std::log1p(std::exp(lo - hi));  // equal: inf too
@@ -121,6 +126,14 @@ static inline uint16_t fusion_f2h(float f) {
     o = (uint16_t)(u >> 13);
   }
   return (uint16_t)(o | (sign >> 16));
+}
+// nextafter of a half (bf: a bfloat16) held in a float: one step in its bits
+static inline float fusion_nextafter16(float a, float b, bool bf) {
+  if (a != a || b != b) return a + b;
+  if (a == b) return b;
+  const uint16_t u = bf ? fusion_f2bf(a) : fusion_f2h(a);
+  const uint16_t r = (u & 0x7fffu) == 0 ? (uint16_t)(b < 0 ? 0x8001u : 1u) : (uint16_t)((a < b) == (a > 0) ? u + 1 : u - 1);
+  return bf ? fusion_bf2f(r) : fusion_h2f(r);
 }
 // exp(x) = 2^k exp(r), r = x - k ln2 in two parts (Cody-Waite), |r| <= ln2 / 2;
 // exp(r) by Cephes' degree-6 polynomial; 2^k as two factors, so that results
@@ -432,14 +445,8 @@ def _binary(name, a, b, t):
         return f"({a} || {b})"
     if name == "logical_xor":
         return f"(!!{a} != !!{b})"
-    if name == "maximum":
-        return f"fusion_max_nan<{CTYPE[t]}>({a}, {b})"
-    if name == "minimum":
-        return f"fusion_min_nan<{CTYPE[t]}>({a}, {b})"
-    if name == "fmax":
-        return f"std::fmax({a}, {b})"
-    if name == "fmin":
-        return f"std::fmin({a}, {b})"
+    if name in ("maximum", "minimum", "fmax", "fmin"):
+        return f"fusion_{name}<{CTYPE[t]}>({a}, {b})"
     if name == "in_range":
         return f"fusion_in_range({a}, {b})"
     if not fp and name in ("floordiv", "truncdiv", "remainder", "fmod"):
@@ -456,6 +463,8 @@ def _binary(name, a, b, t):
         return f"{_fn('pow', t)}({a}, {b})" if fp else f"fusion_ipow<{CTYPE[t]}>({a}, {b})"
     if name in ("atan2", "hypot", "copysign", "nextafter"):
         return f"{_fn(name, t)}({a}, {b})"
+    if name in ("nextafter_fp16", "nextafter_bf16"):
+        return f"fusion_nextafter16({a}, {b}, {'true' if name == 'nextafter_bf16' else 'false'})"
     raise NotImplementedError(f"C++ codegen has no binary op {name!r}")
 
 

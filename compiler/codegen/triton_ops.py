@@ -151,14 +151,16 @@ def binary(op: str, a: str, b: str, t: torch.dtype) -> str:
         return f"({a} != 0) | ({b} != 0)"
     if op == "logical_xor":
         return f"({a} != 0) ^ ({b} != 0)"
-    if op == "maximum":  # NaN-propagating, as torch.maximum
-        return f"tl.where(({a} > {b}) | ({a} != {a}), {a}, {b})"
+    # NaN-propagating (maximum, minimum) or not (fmax, fmin); a tie (+0.0 and -0.0)
+    # gives the first operand, as ATen's
+    if op == "maximum":
+        return f"tl.where(({a} < {b}) | ({b} != {b}), {b}, {a})"
     if op == "minimum":
-        return f"tl.where(({a} < {b}) | ({a} != {a}), {a}, {b})"
+        return f"tl.where(({b} < {a}) | ({b} != {b}), {b}, {a})"
     if op == "fmax":
-        return f"tl.where(({a} >= {b}) | ({b} != {b}), {a}, {b})"
+        return f"tl.where(({a} < {b}) | ({a} != {a}), {b}, {a})"
     if op == "fmin":
-        return f"tl.where(({a} <= {b}) | ({b} != {b}), {a}, {b})"
+        return f"tl.where(({b} < {a}) | ({a} != {a}), {b}, {a})"
     if op == "floordiv":
         return f"_floordiv({a}, {b})"
     if op == "truncdiv":
@@ -173,6 +175,8 @@ def binary(op: str, a: str, b: str, t: torch.dtype) -> str:
         return f"_philox({a}, {b})"
     if op in LIBDEVICE_BINARY:
         return f"libdevice.{op}({a}, {b})"
+    if op in ("nextafter_fp16", "nextafter_bf16"):
+        return f"_nextafter16({a}, {b}, {op == 'nextafter_bf16'})"
     raise NotImplementedError(f"Triton codegen has no binary op {op!r}")
 
 
@@ -233,6 +237,23 @@ def _float_remainder(a, b):
 def _index_in_range(i, n, mask):
     tl.device_assert((i >= 0) & (i < n), "index out of range in a pytest-fusion kernel", mask=mask)
     return i
+""",
+    "_nextafter16": """@triton.jit
+def _nextafter16(a, b, BF16: tl.constexpr):
+    # nextafter of 16-bit floats held in float32: one step in their bits (a
+    # bfloat16's are a float32's top half: no bfloat16, whose subnormals the
+    # interpreter flushes)
+    if BF16:
+        u = (a.to(tl.int32, bitcast=True) >> 16) & 0xFFFF
+    else:
+        u = a.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    step = tl.where((a < b) == (a > 0), u + 1, u - 1)
+    bits = tl.where((u & 0x7FFF) == 0, tl.where(b < 0, 0x8001, 1), step)
+    if BF16:
+        r = (bits << 16).to(tl.float32, bitcast=True)
+    else:
+        r = bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    return tl.where((a != a) | (b != b), a + b, tl.where(a == b, b, r))
 """,
     "_floordiv": """@triton.jit
 def _floordiv(a, b):

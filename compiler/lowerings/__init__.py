@@ -8,6 +8,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .. import ir
+from ..decompositions import CONVERTED_SCALARS, overflowing_scalar
 from ..graph import Lazy
 from .registry import LOWERINGS, Unsupported, register  # noqa: F401
 from . import pointwise, reduction, views, indexing, extern, prims, sorting, randomness  # noqa: F401  (fill the registry)
@@ -44,6 +45,9 @@ def lower_node(graph, node, args, kwargs):
         return fallback(graph, node, args, kwargs, reason=f"{odd} tensors: no kernels of ours")
     if fn is None:
         return fallback(graph, node, args, kwargs, reason="no lowering")
+    big = overflowing_scalar(node.target, node.args, node.kwargs, node.meta["val"].dtype) if node.target in CONVERTED_SCALARS else None
+    if big is not None:  # ATen raises, as in eager; a kernel would wrap or round it
+        return fallback(graph, node, args, kwargs, reason=f"{big} overflows {node.meta['val'].dtype}")
     try:
         return fn(graph, node, *args, **kwargs)
     except Unsupported as e:

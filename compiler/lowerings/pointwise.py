@@ -87,6 +87,8 @@ def _round_decimals(a, decimals: int, step_dtype: torch.dtype | None = None):
     return ir.op("truediv", ir.op("round", scaled, dtype=a.dtype), scale, dtype=a.dtype)
 
 
+# nextafter of a 16-bit float, computed in float32: one step in the 16-bit bits
+NEXTAFTER_16 = {torch.float16: "nextafter_fp16", torch.bfloat16: "nextafter_bf16"}
 # on bool, arithmetic is logic (C++ would compute true + true == 2)
 BOOL_BINARY = {"add": "logical_or", "mul": "logical_and", "maximum": "logical_or", "minimum": "logical_and"}
 
@@ -95,6 +97,8 @@ def _binary(name):
     def lower(g, node, a, b, *, alpha=None):
         if out_val(node).dtype == torch.bool and name in BOOL_BINARY:
             return make_pointwise(g, node, _op(BOOL_BINARY[name]), [a, b])
+        if name == "nextafter" and out_val(node).dtype in NEXTAFTER_16:  # a step of its own ulp, not float32's
+            return make_pointwise(g, node, _op(NEXTAFTER_16[out_val(node).dtype]), [a, b])
         if alpha is not None and alpha != 1:
             return make_pointwise(g, node, lambda x, y: ir.op(name, x, ir.op("mul", y, ir.const(alpha, y.dtype), dtype=y.dtype), dtype=x.dtype), [a, b])
         if name == "add":

@@ -259,6 +259,35 @@ def test_signed_zero_constants_stay_apart(check_compiled):
     check_compiled(lambda a: tuple(f(a) for f in fns.values()), x, names=list(fns), tol=dict(rtol=0, atol=0))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=dtype_id)
+def test_nextafter_steps_one_ulp_of_the_dtype(check_on_every_target, dtype):
+    """nextafter of a 16-bit float is the next value of that type (one step in
+    its bits); computed in float32, a float32 ulp's step rounded back to x (1.0
+    stayed 1.0). Zeros step to the smallest subnormal, infinities to the largest
+    finite value, the largest to infinity."""
+    a = torch.tensor([1.0, -1.0, 0.0, -0.0, 65504.0, 1e-7, float("inf"), float("nan"), 2.0, 3.0, -3.0, 0.5] * 5, dtype=dtype)
+    b = torch.tensor([2.0, -2.0, 1.0, -1.0, float("inf"), 0.0, 0.0, 1.0, 2.0, float("nan"), 0.0, 0.0] * 5, dtype=dtype)
+    cap = check_on_every_target(lambda a, b: torch.nextafter(a * 1, b), a, b, tol=dict(rtol=0, atol=0))
+    assert not cap.fallbacks, cap.fallbacks
+
+
+def test_a_clamp_keeps_a_signed_zero_as_in_eager(check_on_every_target):
+    """clamp(-0.0, min=0.0) is -0.0 in eager (ATen's std::max keeps the first
+    operand of a tie), and so are relu6's and hardtanh's: compiled, the bound won.
+    Signs are the outputs (values compare equal whatever their signs). Two tensors'
+    maximum is left out: eager's own sign of a tie depends on the element's place
+    (AVX's max gives the second operand, the scalar tail the first)."""
+    a = torch.cat([torch.tensor([0.0, -0.0, 0.0, -0.0, 1.0, float("nan"), -0.0, 3.0]), rand((53,), torch.float32)])
+    b = torch.cat([torch.tensor([-0.0, 0.0, 0.0, -0.0, float("nan"), 1.0, 2.0, -0.0]), rand((53,), torch.float32)])
+    fns = {
+        "clamp(min=0.0)": lambda a, b: a.clamp(min=0.0), "clamp(max=-0.0)": lambda a, b: a.clamp(max=-0.0),
+        "clamp(-0.0, 0.0)": lambda a, b: a.clamp(-0.0, 0.0), "hardtanh(-0.0, 0.0)": lambda a, b: F.hardtanh(a, -0.0, 0.0),
+        "relu6": lambda a, b: F.relu6(a), "fmax": torch.fmax, "fmin": torch.fmin,
+    }
+    check_on_every_target(lambda a, b: tuple(torch.signbit(f(a * 1, b * 1)) for f in fns.values()), a, b,
+                          names=[f"signbit({n})" for n in fns])
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=dtype_id)
 def test_float_remainder_is_fmod_moved_into_the_divisors_sign(check_compiled, dtype):
     """remainder of floats as ATen: fmod, plus the divisor where their signs differ.
@@ -409,11 +438,15 @@ def test_integer_arithmetic_wraps_around_as_atens(check_compiled, dtype, target,
 
 
 @pytest.mark.parametrize("case", ["bf16 masked_fill(float32 lowest)", "fp16 masked_fill(-1e5)", "fp16 full_like(70000)",
-                                  "int8 masked_fill(300)", "int8 fill_(-129)"])
-def test_a_fill_value_its_dtype_cannot_hold_raises_as_in_eager(case):
+                                  "int8 masked_fill(300)", "int8 fill_(-129)", "int8 clamp(-5, 300)",
+                                  "uint8 clamp_min(-256)", "fp16 clamp(-1e6, 1e6)", "int8 hardtanh(-300, 5)",
+                                  "int8 threshold(300, 5)", "int8 ** 300", "int8 addcmul(value=300)",
+                                  "int8 scatter(value=300)", "int8 add(alpha=300)"])
+def test_a_scalar_its_dtype_cannot_hold_raises_as_in_eager(case):
     """A Python number beyond the range of the tensor's dtype is refused by ATen
-    (a bf16 attention mask filled with float32's lowest); compiled, it was
-    rounded to inf or wrapped. Such fills are ATen's now, which raise."""
+    where it converts it to that dtype (a bf16 attention mask filled with
+    float32's lowest, a clamp's bound, add's alpha); compiled, it was rounded to
+    inf or wrapped. Such calls are ATen's now, which raise."""
     x = rand((4, 5), torch.float32)
     m = x > 0
     fn, arg = {
@@ -422,6 +455,15 @@ def test_a_fill_value_its_dtype_cannot_hold_raises_as_in_eager(case):
         "fp16 full_like(70000)": (lambda x, m: torch.full_like(x, 70000.0) + x, x.half()),
         "int8 masked_fill(300)": (lambda x, m: (x * 2).masked_fill(m, 300), (x * 10).to(torch.int8)),
         "int8 fill_(-129)": (lambda x, m: (x * 2).fill_(-129), (x * 10).to(torch.int8)),
+        "int8 clamp(-5, 300)": (lambda x, m: (x * 2).clamp(-5, 300), (x * 10).to(torch.int8)),
+        "uint8 clamp_min(-256)": (lambda x, m: (x * 2).clamp(min=-256), (x * 10).to(torch.uint8)),
+        "fp16 clamp(-1e6, 1e6)": (lambda x, m: (x * 2).clamp(-1e6, 1e6), x.half()),
+        "int8 hardtanh(-300, 5)": (lambda x, m: F.hardtanh(x * 2, -300, 5), (x * 10).to(torch.int8)),
+        "int8 threshold(300, 5)": (lambda x, m: F.threshold(x * 2, 300, 5), (x * 10).to(torch.int8)),
+        "int8 ** 300": (lambda x, m: (x * 2) ** 300, (x * 10).to(torch.int8)),
+        "int8 addcmul(value=300)": (lambda x, m: torch.addcmul(x, x, x * 2, value=300), (x * 10).to(torch.int8)),
+        "int8 scatter(value=300)": (lambda x, m: (x * 2).scatter(0, torch.tensor([[1]]), 300), (x * 10).to(torch.int8)),
+        "int8 add(alpha=300)": (lambda x, m: torch.add(x, x * 2, alpha=300), (x * 10).to(torch.int8)),
     }[case]
     with pytest.raises(RuntimeError, match="without overflow"):
         fn(arg, m)
@@ -429,12 +471,15 @@ def test_a_fill_value_its_dtype_cannot_hold_raises_as_in_eager(case):
         torch.compile(fn, backend="fusion")(arg, m)
 
 
-def test_fill_values_at_the_edge_of_a_dtype_compile(check_compiled):
-    """inf, a dtype's own lowest and an unsigned type's negatives (which wrap) fill."""
+def test_scalars_at_the_edge_of_a_dtype_compile(check_compiled):
+    """inf, a dtype's own lowest and an unsigned type's negatives (which wrap) fill
+    and clamp; float bounds clamp an int8 in float32."""
     x = rand((4, 5), torch.float32)
     m = x > 0
-    cap = check_compiled(lambda x, m, u: (x.bfloat16().masked_fill(m, float("-inf")), x.half().masked_fill(m, -65504.0),
-                                          u.masked_fill(m, -1) + 1), x, m, (x * 10).to(torch.uint8))
+    cap = check_compiled(lambda x, m, u, i: (x.bfloat16().masked_fill(m, float("-inf")), x.half().masked_fill(m, -65504.0),
+                                             u.masked_fill(m, -1) + 1, u.clamp(-255, 200), i.clamp(-300.5, 5.5),
+                                             torch.add(i, i, alpha=-128)),
+                         x, m, (x * 10).to(torch.uint8), (x * 10).to(torch.int8))
     assert not cap.fallbacks, cap.fallbacks
 
 
