@@ -44,7 +44,7 @@ SHIFTED_MULTIPASS_MAX_RBLOCK = 4096
 DEPENDENT_LAUNCH_WAIT = "    tl.extra.cuda.gdc_wait()"
 # a scatter's combining ops (tl.store for the rest)
 ATOMICS = {"scatter_add": "tl.atomic_add", "scatter_max": "tl.atomic_max", "scatter_min": "tl.atomic_min"}
-CALLED_HELPERS = ("_float_remainder", "_nextafter16", "_floordiv", "_truncdiv", "_int_fmod", "_int_remainder", "_int_pow", "_philox", *FP32_HELPERS.values())
+CALLED_HELPERS = ("_float_remainder", "_nextafter", "_floordiv", "_truncdiv", "_int_fmod", "_int_remainder", "_int_pow", "_philox", *FP32_HELPERS.values())
 
 
 class Value:
@@ -336,7 +336,9 @@ class TritonKernel:
             codes = [a.code if a.code.isidentifier() or not a.tensor else f"({a.code})" for a in args]
             if s.op == "where":
                 return f"tl.where({codes[0]}, {codes[1]}, {codes[2]})"
-            return unary(s.op, codes[0], in_t) if len(codes) == 1 else binary(s.op, codes[0], codes[1], in_t)
+            if len(codes) == 1:
+                return unary(s.op, codes[0], in_t)
+            return binary(s.op, codes[0], codes[1], in_t, cuda=self.device.type == "cuda")
 
         code = render(args)
         if takes_tensors_only(code) and not all(a.tensor for a in args):

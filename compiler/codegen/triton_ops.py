@@ -89,6 +89,9 @@ TL_UNARY = {"exp": "tl.exp", "log": "tl.log", "log2": "tl.log2", "sin": "tl.sin"
 # ops of float32 with a helper of our own (see HELPERS) in place of libdevice's
 FP32_HELPERS = {"erf": "_erf", "rsqrt": "_rsqrt"}
 LIBDEVICE_BINARY = {"atan2", "hypot", "copysign", "nextafter"}
+# nextafter as one step in the bits (_nextafter's KIND): libdevice's flushes a
+# float32 subnormal in a GPU kernel (nextafter(0, 1) came out 2^-126)
+NEXTAFTER_BITS = {"nextafter": 0, "nextafter_bf16": 1, "nextafter_fp16": 2}
 
 
 def takes_tensors_only(code: str) -> bool:
@@ -139,7 +142,7 @@ def unary(op: str, a: str, t: torch.dtype) -> str:
     raise NotImplementedError(f"Triton codegen has no unary op {op!r}")
 
 
-def binary(op: str, a: str, b: str, t: torch.dtype) -> str:
+def binary(op: str, a: str, b: str, t: torch.dtype, cuda: bool = False) -> str:
     fp = t.is_floating_point
     if op in INFIX_OPS:
         return f"{a} {INFIX_OPS[op]} {b}"
@@ -151,16 +154,8 @@ def binary(op: str, a: str, b: str, t: torch.dtype) -> str:
         return f"({a} != 0) | ({b} != 0)"
     if op == "logical_xor":
         return f"({a} != 0) ^ ({b} != 0)"
-    # NaN-propagating (maximum, minimum) or not (fmax, fmin); a tie (+0.0 and -0.0)
-    # gives the first operand, as ATen's
-    if op == "maximum":
-        return f"tl.where(({a} < {b}) | ({b} != {b}), {b}, {a})"
-    if op == "minimum":
-        return f"tl.where(({b} < {a}) | ({b} != {b}), {b}, {a})"
-    if op == "fmax":
-        return f"tl.where(({a} < {b}) | ({a} != {a}), {b}, {a})"
-    if op == "fmin":
-        return f"tl.where(({b} < {a}) | ({a} != {a}), {b}, {a})"
+    if op in ("maximum", "minimum", "fmax", "fmin"):
+        return _min_max(op, a, b, fp, cuda)
     if op == "floordiv":
         return f"_floordiv({a}, {b})"
     if op == "truncdiv":
@@ -173,11 +168,30 @@ def binary(op: str, a: str, b: str, t: torch.dtype) -> str:
         return f"libdevice.pow({a}, {b})" if fp else f"_int_pow({a}, {b})"
     if op == "philox":
         return f"_philox({a}, {b})"
+    if op in NEXTAFTER_BITS and (op != "nextafter" or t == torch.float32):
+        return f"_nextafter({a}, {b}, {NEXTAFTER_BITS[op]})"
     if op in LIBDEVICE_BINARY:
         return f"libdevice.{op}({a}, {b})"
-    if op in ("nextafter_fp16", "nextafter_bf16"):
-        return f"_nextafter16({a}, {b}, {op == 'nextafter_bf16'})"
     raise NotImplementedError(f"Triton codegen has no binary op {op!r}")
+
+
+def _min_max(op: str, a: str, b: str, fp: bool, cuda: bool) -> str:
+    """NaN-propagating (maximum, minimum) or not (fmax, fmin), with a tie of
+    signed zeros as eager's: on a GPU ATen's NaN checks, then fmaxf and fminf
+    (tl.maximum, tl.minimum: the same max.f32, which puts -0.0 below +0.0); on
+    the CPU std::max and std::min, which keep the first operand of a tie."""
+    if cuda or not fp:
+        fn = "tl.maximum" if op in ("maximum", "fmax") else "tl.minimum"
+        if not fp or op in ("fmax", "fmin"):
+            return f"{fn}({a}, {b})"
+        return f"tl.where({a} != {a}, {a}, tl.where({b} != {b}, {b}, {fn}({a}, {b})))"
+    if op == "maximum":
+        return f"tl.where(({a} < {b}) | ({b} != {b}), {b}, {a})"
+    if op == "minimum":
+        return f"tl.where(({b} < {a}) | ({b} != {b}), {b}, {a})"
+    if op == "fmax":
+        return f"tl.where(({a} < {b}) | ({a} != {a}), {b}, {a})"
+    return f"tl.where(({b} < {a}) | ({a} != {a}), {b}, {a})"
 
 
 # @triton.jit helpers the kernels may call, and the helpers each one calls
@@ -238,21 +252,22 @@ def _index_in_range(i, n, mask):
     tl.device_assert((i >= 0) & (i < n), "index out of range in a pytest-fusion kernel", mask=mask)
     return i
 """,
-    "_nextafter16": """@triton.jit
-def _nextafter16(a, b, BF16: tl.constexpr):
-    # nextafter of 16-bit floats held in float32: one step in their bits (a
-    # bfloat16's are a float32's top half: no bfloat16, whose subnormals the
-    # interpreter flushes)
-    if BF16:
-        u = (a.to(tl.int32, bitcast=True) >> 16) & 0xFFFF
+    "_nextafter": """@triton.jit
+def _nextafter(a, b, KIND: tl.constexpr):
+    # nextafter as one step in the bits of a float32 (KIND 0), or of a bfloat16 (1:
+    # a float32's top half; no bfloat16, whose subnormals the interpreter flushes)
+    # or a float16 (2, its bits sign-extended: they step as a float32's) held in a float32
+    if KIND == 2:
+        u = a.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32)
     else:
-        u = a.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
-    step = tl.where((a < b) == (a > 0), u + 1, u - 1)
-    bits = tl.where((u & 0x7FFF) == 0, tl.where(b < 0, 0x8001, 1), step)
-    if BF16:
-        r = (bits << 16).to(tl.float32, bitcast=True)
-    else:
+        u = a.to(tl.int32, bitcast=True)
+    one = 65536 if KIND == 1 else 1
+    bits = tl.where(a == 0, tl.where(b < 0, (-2147483648 if KIND != 2 else -32768) + one, one),
+                    tl.where((a < b) == (a > 0), u + one, u - one))
+    if KIND == 2:
         r = bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    else:
+        r = bits.to(tl.float32, bitcast=True)
     return tl.where((a != a) | (b != b), a + b, tl.where(a == b, b, r))
 """,
     "_floordiv": """@triton.jit

@@ -272,11 +272,14 @@ def test_nextafter_steps_one_ulp_of_the_dtype(check_on_every_target, dtype):
 
 
 def test_a_clamp_keeps_a_signed_zero_as_in_eager(check_on_every_target):
-    """clamp(-0.0, min=0.0) is -0.0 in eager (ATen's std::max keeps the first
-    operand of a tie), and so are relu6's and hardtanh's: compiled, the bound won.
-    Signs are the outputs (values compare equal whatever their signs). Two tensors'
-    maximum is left out: eager's own sign of a tie depends on the element's place
-    (AVX's max gives the second operand, the scalar tail the first)."""
+    """A clamp's tie of signed zeros goes as in eager, and so do relu6's,
+    hardtanh's, fmax's and fmin's: on the CPU, clamp(-0.0, min=0.0) is -0.0
+    (std::max keeps the first operand of a tie), where compiled code took the
+    bound; on a GPU it is 0.0 (fmaxf puts -0.0 below 0.0), where compiled code
+    kept -0.0. Signs are the outputs (values compare equal whatever their signs).
+    Two tensors' maximum is left out: eager's own sign of a tie on the CPU
+    depends on the element's place (AVX's max gives the second operand, the
+    scalar tail the first)."""
     a = torch.cat([torch.tensor([0.0, -0.0, 0.0, -0.0, 1.0, float("nan"), -0.0, 3.0]), rand((53,), torch.float32)])
     b = torch.cat([torch.tensor([-0.0, 0.0, 0.0, -0.0, float("nan"), 1.0, 2.0, -0.0]), rand((53,), torch.float32)])
     fns = {
