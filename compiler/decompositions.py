@@ -346,9 +346,10 @@ def _in_input_layout(decomposition, n: int):
 CONVERTED_SCALARS = {
     aten.clamp.default: ("min", "max"), aten.clamp_min.default: ("min",), aten.clamp_max.default: ("max",),
     aten.hardtanh.default: ("min_val", "max_val"), aten.threshold.default: ("threshold", "value"),
-    aten.pow.Tensor_Scalar: ("exponent",), aten.add.Tensor: ("alpha",), aten.add.Scalar: ("alpha",), aten.sub.Tensor: ("alpha",), aten.sub.Scalar: ("alpha",),
-    aten.rsub.Tensor: ("alpha",), aten.rsub.Scalar: ("alpha",), aten.addcmul.default: ("value",),
-    aten.addcdiv.default: ("value",), aten.masked_fill.Scalar: ("value",), aten.scatter.value: ("value",),
+    aten.pow.Tensor_Scalar: ("exponent",), aten.masked_fill.Scalar: ("value",), aten.scatter.value: ("value",),
+    aten.addcmul.default: ("value",), aten.addcdiv.default: ("value",),
+    **{op: ("alpha",) for op in (aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar,
+                                 aten.rsub.Tensor, aten.rsub.Scalar)},
 }
 
 
