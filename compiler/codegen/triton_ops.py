@@ -185,13 +185,11 @@ def _min_max(op: str, a: str, b: str, fp: bool, cuda: bool) -> str:
         if not fp or op in ("fmax", "fmin"):
             return f"{fn}({a}, {b})"
         return f"tl.where({a} != {a}, {a}, tl.where({b} != {b}, {b}, {fn}({a}, {b})))"
-    if op == "maximum":
-        return f"tl.where(({a} < {b}) | ({b} != {b}), {b}, {a})"
-    if op == "minimum":
-        return f"tl.where(({b} < {a}) | ({b} != {b}), {b}, {a})"
-    if op == "fmax":
-        return f"tl.where(({a} < {b}) | ({a} != {a}), {b}, {a})"
-    return f"tl.where(({b} < {a}) | ({a} != {a}), {b}, {a})"
+    # b where it is further in the op's direction, or NaN where that wins (maximum,
+    # minimum: b's NaN; fmax, fmin: a's, which b then replaces); else a
+    further = f"({a} < {b})" if op in ("maximum", "fmax") else f"({b} < {a})"
+    nan = b if op in ("maximum", "minimum") else a
+    return f"tl.where({further} | ({nan} != {nan}), {b}, {a})"
 
 
 # @triton.jit helpers the kernels may call, and the helpers each one calls
