@@ -146,6 +146,16 @@ class _Windows:
         return total
 
 
+def _window_max(windows):
+    """The max over windows' last dim and where it is: the first of equal maxima,
+    but the last NaN, as in eager's pooling kernels (they take `val > max || isnan(val)`,
+    where torch.max takes the first NaN)."""
+    values, at = windows.max(-1)
+    position = torch.arange(windows.shape[-1], device=windows.device)
+    last_nan = torch.where(windows.isnan(), position, -1).amax(-1)
+    return values, torch.where(last_nan >= 0, last_nan, at)
+
+
 def _max_pool_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False, n: int = 2):
     """The max of each window (padded with -inf) and where it is, as an index into
     the input's plane (volume); NaN wins, as in eager. Floats only (ATen takes the rest)."""
@@ -155,7 +165,7 @@ def _max_pool_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, cei
     lead = x.ndim - n
     order = [*range(lead), *(lead + 2 * d for d in range(n)), *(lead + 2 * d + 1 for d in range(n))]
     windows = w.windows(x, float("-inf")).permute(order).flatten(-n)  # [..., o0, o1, ..., k0 * k1 * ...]
-    values, at = windows.max(-1)
+    values, at = _window_max(windows)
     flat = None
     for d in range(n):
         inner = math.prod(w.kernel[d + 1:])
@@ -276,7 +286,7 @@ def _adaptive_max_pool2d(x, output_size):
     w = _AdaptiveWindows(x.shape, output_size, x.device)
     windows = torch.where(w.inside(), x[..., w.rows, w.cols], float("-inf"))  # [..., oh, kh, ow, kw]
     kw = w.cols.shape[-1]
-    values, at = windows.movedim(-3, -2).flatten(-2).max(-1)  # a window's first position always fits
+    values, at = _window_max(windows.movedim(-3, -2).flatten(-2))  # a window's first position always fits
     rows = w.starts[0][:, None] + at // kw
     return values, rows * wd + w.starts[1] + at % kw
 

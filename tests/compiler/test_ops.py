@@ -1086,6 +1086,24 @@ def test_adaptive_max_pool2d_is_ours_with_eagers_indices(check_compiled, out):
     assert cap.kernels and not cap.fallbacks, cap.fallbacks
 
 
+@pytest.mark.parametrize("pool", [
+    lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True),
+    lambda x: F.max_pool3d(x[:, :, None].expand(-1, -1, 3, -1, -1), 2, 1, return_indices=True),
+    lambda x: F.adaptive_max_pool2d(x, (4, 5), return_indices=True),  # windows that divide the input
+    lambda x: F.adaptive_max_pool2d(x, (5, 3), return_indices=True),  # and ones of unequal lengths
+], ids=["max_pool2d", "max_pool3d", "adaptive-equal", "adaptive-unequal"])
+def test_a_window_with_two_nans_points_at_the_last_as_in_eager(check_compiled, pool):
+    """A pooling window that holds several NaNs gives the last one's index, as eager's
+    kernels do on the CPU and on a GPU (torch.max, which the windows reduce with,
+    gives the first). Equal maxima still give the first."""
+    x = rand((2, 3, 12, 15), torch.float32)
+    x[0, 0, 0, :3] = float("nan")  # one window's whole first row
+    x[0, 1, 4:7, 5] = float("nan")  # a column, across windows
+    x[1, 2, :5, :4] = 0.25  # ties
+    cap = check_compiled(lambda x: pool(x * 2), x)
+    assert cap.kernels and not cap.fallbacks, cap.fallbacks
+
+
 @pytest.mark.parametrize(
     "name, fn, op",
     [
