@@ -243,6 +243,9 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
     user would notice us falling behind Inductor. Steps with a backward report no
     floor (the gradients they write are not among the call's outputs)."""
     s = shrink(smoke)
+    # the transformer blocks' widths and heads for --smoke, an eighth (heads as wide):
+    # at full width, bf16 matmuls on a CPU took 11 s a LLaMA step, 12 minutes a smoke
+    narrow = (lambda n: n // 8) if smoke else (lambda n: n)
 
     def rnd(*shape, dtype=torch.bfloat16, grad=False):
         return torch.randn(*shape, device=device, dtype=dtype, requires_grad=grad)
@@ -346,12 +349,12 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
             (rnd(s(262144), 64, dtype=torch.float32), ids(s(262144), s(16384)))), memory_bound=False)
           for r in ("amax", "mean")),
         Workload("gpt2_block fwd+bwd [8,1024,1024] bf16", lambda: (lambda m: train(
-            lambda x: m(x).float().pow(2).mean(), rnd(s(8), s(1024), 1024), params=m.parameters()))(
-            GPT2Block().to(device, torch.bfloat16)), memory_bound=False, train=True),
+            lambda x: m(x).float().pow(2).mean(), rnd(s(8), s(1024), narrow(1024)), params=m.parameters()))(
+            GPT2Block(narrow(1024), narrow(16)).to(device, torch.bfloat16)), memory_bound=False, train=True),
         Workload("llama_block fwd+bwd [4,2048,2048] bf16", lambda: (lambda m: train(
-            lambda x, cos, sin: m(x, cos, sin).float().pow(2).mean(), rnd(s(4), s(2048), 2048),
+            lambda x, cos, sin: m(x, cos, sin).float().pow(2).mean(), rnd(s(4), s(2048), narrow(2048)),
             rnd(s(2048), 128), rnd(s(2048), 128), params=m.parameters()))(
-            LlamaBlock().to(device, torch.bfloat16)), memory_bound=False, train=True),
+            LlamaBlock(narrow(2048), narrow(16), narrow(5632)).to(device, torch.bfloat16)), memory_bound=False, train=True),
     ]
 
 
