@@ -245,7 +245,9 @@ def test_cummax_and_logcumsumexp_backward(target, dim):
     logcumsumexp's is two more scans: all ours on every target, equal to eager's."""
     torch.manual_seed(12)
     device = "cuda" if target == "cuda" else "cpu"
-    x = torch.randn(37, 300, device=device, requires_grad=True)
+    # Triton's interpreter runs a scan's combine function one position at a time:
+    # an 18th of the elements there ([37, 300] took 118 s for dim -1 in CI)
+    x = torch.randn(*((13, 47) if target == "triton" else (37, 300)), device=device, requires_grad=True)
     tol = dict(rtol=1e-3, atol=1e-4) if target == "cuda" else TOL
     cap = compare_a_step(target, lambda x: (torch.cummax(x, dim).values ** 2).mean()
                          + (torch.logcumsumexp(x, dim) * x.cos()).mean(), x, tol)
