@@ -98,6 +98,20 @@ def _native_dropout(x, p: float, train: bool | None):
     return keep * x * float(1.0 / (1.0 - p)), keep
 
 
+def _logit_as_on_device(decomposition):
+    """logit as eager computes it on each device: in float32 on a GPU (torch._decomp's),
+    but a 16-bit float on the CPU step by step in its own type, each step rounded
+    (ATen's CPU kernel runs x / (1 - x) in Vectorized<BFloat16>/<Half>): in float32,
+    a third of such results were an ulp off."""
+    def logit(x, eps=None):
+        if x.device.type != "cpu" or x.dtype not in (torch.float16, torch.bfloat16):
+            return decomposition(x, eps)
+        z = x if eps is None or eps < 0 else x.clamp(eps, 1 - eps)
+        return torch.log(z / (1 - z))
+
+    return logit
+
+
 def _ntuple(v, n: int) -> tuple[int, ...]:
     v = list(v) if isinstance(v, (list, tuple)) else [v]
     return tuple(v) * n if len(v) == 1 else tuple(v)
@@ -391,6 +405,7 @@ def decomposition_table() -> dict:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(_EXTRA))
     table[aten._softmax.default] = _softmax
+    table[aten.logit.default] = _logit_as_on_device(table[aten.logit.default])
     table[aten.native_dropout.default] = _native_dropout
     # pooling, ours (torch._decomp has max_pool2d's only from torch 2.12 on)
     table[aten.max_pool2d_with_indices.default] = _max_pool2d_with_indices

@@ -271,6 +271,22 @@ def test_nextafter_steps_one_ulp_of_the_dtype(check_on_every_target, dtype):
     assert not cap.fallbacks, cap.fallbacks
 
 
+@pytest.mark.parametrize("eps", [None, 1e-3, 0.25], ids=str)
+def test_logit_of_16_bit_floats_rounds_as_in_eager(check_on_every_target, target, eps):
+    """A 16-bit logit on the CPU rounds each step to its type, as eager's CPU
+    kernel does (x / (1 - x) in bfloat16 or float16 ops); on a GPU, eager and ours
+    compute it in float32. bfloat16 is then bit for bit eager's (a third of the
+    values were an ulp off); float16 leaves a few values whose float32 log lies at a
+    float16 rounding midpoint, where glibc's logf and eager's SLEEF part ways."""
+    x = torch.rand(4000).to(torch.bfloat16)
+    x[:4] = torch.tensor([0.0, 1.0, 1e-4, 0.5])
+    exact = dict(rtol=0, atol=0) if target != "cuda" else {}
+    cap = check_on_every_target(lambda x: torch.logit(x * 1, eps), x, tol=exact)
+    assert not cap.fallbacks, cap.fallbacks
+    h = x.to(torch.float16)
+    check_on_every_target(lambda x: torch.logit(x * 1, eps), h, tol=dict(rtol=1e-3, atol=0) if target != "cuda" else {})
+
+
 def test_a_clamp_keeps_a_signed_zero_as_in_eager(check_on_every_target):
     """A clamp's tie of signed zeros goes as in eager, and so do relu6's,
     hardtanh's, fmax's and fmin's: on the CPU, clamp(-0.0, min=0.0) is -0.0
