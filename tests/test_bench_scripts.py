@@ -20,44 +20,27 @@ ROOT = Path(__file__).resolve().parents[1]
 MAX_ABS_ERR = 0.1
 
 
-def _run(args: list, timeout: int = 1800) -> subprocess.CompletedProcess:  # the `more` smoke took over 12 min on a slow 2-core CI machine
+def _run(args: list, timeout: int = 1800) -> subprocess.CompletedProcess:  # a bound: the `more` smoke takes 77 s on 2 cores
     env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
     return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout)
 
 
-def _gpu_bench_script():
+def _gpu_bench_workloads(workload_set: str) -> list:
     spec = importlib.util.spec_from_file_location("bench_gpu_script", ROOT / "bench" / "gpu.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # imported, not run: it parses no arguments
-    return module
+    return module.WORKLOAD_SETS[workload_set](torch.device("cpu"), True)
 
 
-def _share(module, workload_set: str, part: int, parts: int) -> tuple[str, list]:
-    """(--only, the workloads it selects) of one of `parts` shares of a set: its
-    names' prefixes up to their sizes' " [", every parts-th one (the two slow
-    transformer blocks, last, fall in different shares). Every workload is in
-    some share."""
-    workloads = module.WORKLOAD_SETS[workload_set](torch.device("cpu"), True)
-    prefixes = list(dict.fromkeys(w.name[:w.name.index(" [") + 2] if " [" in w.name else w.name for w in workloads))
-    assert not any("," in p for p in prefixes), prefixes  # --only splits at commas
-    shares = [",".join(prefixes[k::parts]) for k in range(parts)]
-    covered = {w.name for only in shares for w in module.selected(workloads, only)}
-    assert covered == {w.name for w in workloads}
-    return shares[part], module.selected(workloads, shares[part])
-
-
-# the `more` set in two shares, run side by side by CI's two workers (on a 2-core
-# machine: 52 and 42 s, the seeds 53 s)
 @pytest.mark.slow
-@pytest.mark.parametrize("workload_set, part, parts", [("seeds", 0, 1), ("more", 0, 2), ("more", 1, 2)],
-                         ids=["seeds", "more-1of2", "more-2of2"])
-def test_gpu_benchmark_runs_every_workload(tmp_path, workload_set, part, parts):
-    only, workloads = _share(_gpu_bench_script(), workload_set, part, parts)
+@pytest.mark.parametrize("workload_set", ["seeds", "more"])
+def test_gpu_benchmark_runs_every_workload(tmp_path, workload_set):
     out = tmp_path / "bench.md"
-    proc = _run(["bench.gpu", "--smoke", "--set", workload_set, "--compile-rounds", "1", "--only", only, "--out", str(out)])
+    proc = _run(["bench.gpu", "--smoke", "--set", workload_set, "--compile-rounds", "1", "--out", str(out)])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    workloads = _gpu_bench_workloads(workload_set)
     assert [r["name"] for r in rows] == [w.name for w in workloads]
     for r, w in zip(rows, workloads):
         assert r["ms_ours"] > 0 and r["ms_eager"] > 0, r["name"]
