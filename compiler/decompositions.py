@@ -348,6 +348,20 @@ def _negatives_as_eager(decomposition, index_at: int, dim_at: int | None, wraps:
     return decompose
 
 
+def _scalar_as_vector(decomposition, at: int):
+    """`decomposition` of an op whose decomposition indexes with argument `at`
+    (take's index, bucketize's values), given a 0-d tensor there as one of one
+    element: indexing by a 0-d tensor reads its value (item), which tracing cannot."""
+    def decompose(*args, **kwargs):
+        if args[at].ndim:
+            return decomposition(*args, **kwargs)
+        args = list(args)
+        args[at] = args[at].reshape(1)
+        return decomposition(*args, **kwargs).reshape(())
+
+    return decompose
+
+
 def _in_input_layout(decomposition, n: int):
     """`decomposition` of a pooling, its outputs laid out channels-last where its
     input is, as eager's (a decomposition's own result is contiguous)."""
@@ -424,6 +438,8 @@ def decomposition_table() -> dict:
                                         (aten.index_add.default, 2, 1, False), (aten.index_copy.default, 2, 1, False),
                                         (aten.index_fill.int_Tensor, 2, 1, True), (aten.index_fill.int_Scalar, 2, 1, True)):
         table[op] = _negatives_as_eager(table[op], index_at, dim_at, wraps)
+    table[aten.take.default] = _scalar_as_vector(table[aten.take.default], 1)
+    table[aten.bucketize.Tensor] = _scalar_as_vector(table[aten.bucketize.Tensor], 0)
     for op in CONVERTED_SCALARS.keys() & table.keys():
         table[op] = _scalars_checked(op, table[op])
     for n, ops in ((2, (aten.max_pool2d_with_indices, aten.avg_pool2d, aten._adaptive_avg_pool2d, aten.adaptive_max_pool2d)),

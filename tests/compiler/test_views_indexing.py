@@ -590,3 +590,22 @@ def test_bucketize_is_a_kernel(check_on_every_target, dtype):
     fns = list(table.values())
     cap = check_on_every_target(lambda *a: tuple(f(*a) for f in fns), x, boundaries, names=list(table))
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+
+
+def test_a_zero_dim_index_or_value_is_read_in_a_kernel(check_on_every_target):
+    """take with a 0-d index and bucketize of a 0-d value: their decompositions
+    index by it, which read its value (item) and failed the compile (Dynamo then
+    ran the call eagerly); ours index by a tensor of one element."""
+    torch.manual_seed(9)
+    x, boundaries = rand((5, 7)), torch.linspace(-2, 2, 9)
+    table = {
+        "take": lambda x, b, i, v: torch.take(x, i),
+        "bucketize": lambda x, b, i, v: torch.bucketize(v, b),
+        "bucketize right, int32": lambda x, b, i, v: torch.bucketize(v * 3, b, right=True, out_int32=True),
+        "searchsorted": lambda x, b, i, v: torch.searchsorted(b, v),
+    }
+    fns = list(table.values())
+    cap = check_on_every_target(lambda *a: tuple(f(*a) for f in fns), x, boundaries, torch.tensor(-9), rand(()),
+                                names=list(table))
+    assert len(cap.graphs) == 1 and cap.kernels, "the call was not compiled"
+    no_fallbacks(cap)
