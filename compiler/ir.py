@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import math
+import struct
 from typing import Any, Callable, ClassVar, Sequence
 
 import sympy
@@ -77,7 +79,7 @@ def load(buffer: str, index: sympy.Expr, dtype: torch.dtype, indirect: tuple = (
 
 def const(value, dtype: torch.dtype) -> Expr:
     if dtype.is_floating_point:
-        value = float(value)
+        value = rounded_to(float(value), dtype)  # a constant cast to bfloat16 holds a bfloat16
         if is_negative_zero(value):
             # Python has 0.0 == -0.0 (one hash): the mark keeps x / -0.0 from being x / 0.0
             return Expr("const", (value, "-0"), dtype)
@@ -86,6 +88,22 @@ def const(value, dtype: torch.dtype) -> Expr:
     else:
         value = _wrapped(int(value), dtype)
     return Expr("const", (value,), dtype)
+
+
+def rounded_to(value, dtype: torch.dtype):
+    """A Python number as a tensor of the floating `dtype` holds it (ints and
+    bools, and float64, pass unchanged)."""
+    if not isinstance(value, float) or dtype == torch.float64 or not dtype.is_floating_point:
+        return value
+    return _rounded(struct.pack("<d", value), dtype)  # by its bits: 0.0 and -0.0 are equal keys
+
+
+@functools.lru_cache(4096)
+def _rounded(bits: bytes, dtype: torch.dtype) -> float:
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():  # lowering runs under fake tensors; this one is real
+        return float(torch.tensor(struct.unpack("<d", bits)[0], dtype=dtype))
 
 
 def is_negative_zero(value) -> bool:

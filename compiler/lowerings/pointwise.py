@@ -99,7 +99,9 @@ def _binary(name):
             return make_pointwise(g, node, _op(BOOL_BINARY[name]), [a, b])
         if name == "nextafter" and out_val(node).dtype in NEXTAFTER_16:  # a step of its own ulp, not float32's
             return make_pointwise(g, node, _op(NEXTAFTER_16[out_val(node).dtype]), [a, b])
+        a, b = (_as_eager_scalar(g, node, name, v) for v in (a, b))
         if alpha is not None and alpha != 1:
+            alpha = _as_eager_scalar(g, node, name, alpha)
             return make_pointwise(g, node, lambda x, y: ir.op(name, x, ir.op("mul", y, ir.const(alpha, y.dtype), dtype=y.dtype), dtype=x.dtype), [a, b])
         if name == "add":
             folded = indexing.add_into_scatter(g, node, a, b)
@@ -125,10 +127,25 @@ def _rounded_to(v, dtype: torch.dtype):
     """A Python float compared with a 16-bit tensor, rounded to its dtype first,
     as eager's comparisons do on either device: bfloat16 x == 0.1 holds where x is
     bfloat16's 0.1 (pytorch#173987)."""
-    if not isinstance(v, float):
+    return ir.rounded_to(v, dtype)
+
+
+# ops whose Python-number operand eager converts to a 16-bit float tensor's dtype
+# before it computes (TensorIterator casts a wrapped scalar to the common dtype):
+# on either device, or on the CPU only (CUDA's add and sub read it in float32,
+# as do both devices' mul and div). bfloat16 x + 8.396 adds 8.375 on the CPU.
+SCALAR_IN_DTYPE = {"fmod": ("cpu", "cuda"), "remainder": ("cpu", "cuda"), "pow": ("cpu", "cuda"),
+                   "add": ("cpu",), "sub": ("cpu",)}
+
+
+def _as_eager_scalar(g, node, name: str, v):
+    """Operand `v` of op `name` as eager computes with it (see SCALAR_IN_DTYPE)."""
+    dtype = out_val(node).dtype
+    if is_tensor(v) or isinstance(v, bool) or dtype not in (torch.float16, torch.bfloat16):
         return v
-    with _disable_current_modes():  # lowering runs under fake tensors; this one is real
-        return float(torch.tensor(v, dtype=dtype))
+    if ("cuda" if g.device.type == "cuda" else "cpu") not in SCALAR_IN_DTYPE.get(name, ()):
+        return v
+    return ir.rounded_to(float(v), dtype)
 
 
 def _predicate(name):
@@ -151,6 +168,7 @@ for packet, name in PREDICATE.items():
 
 @register(aten.rsub)
 def rsub(g, node, a, b, *, alpha=1):
+    a, b, alpha = (_as_eager_scalar(g, node, "sub", v) for v in (a, b, alpha))
     return make_pointwise(g, node, lambda x, y: ir.op("sub", ir.op("mul", y, ir.const(alpha, y.dtype), dtype=y.dtype) if alpha != 1 else y, x, dtype=x.dtype), [a, b])
 
 
@@ -193,6 +211,7 @@ def floor_divide(g, node, a, b):
 
 @register(aten.pow)
 def pow_(g, node, a, b):
+    a, b = (_as_eager_scalar(g, node, "pow", v) for v in (a, b))
     if is_tensor(b):
         return make_pointwise(g, node, _op("pow"), [a, b])
     if isinstance(b, (int, float)) and float(b).is_integer() and -4 <= b <= 4:

@@ -287,6 +287,30 @@ def test_logit_of_16_bit_floats_rounds_as_in_eager(check_on_every_target, target
     check_on_every_target(lambda x: torch.logit(x * 1, eps), h, tol=dict(rtol=1e-3, atol=0) if target != "cuda" else {})
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+def test_python_numbers_meet_16_bit_floats_as_in_eager(check_on_every_target, target, dtype):
+    """A Python number in a 16-bit op is converted to the tensor's dtype where
+    eager converts it: add, sub and rsub on the CPU (TensorIterator casts the
+    wrapped number; CUDA's kernels read it in float32, as both devices' mul and
+    div do), pow, fmod and remainder on both. A constant cast to 16 bits holds a
+    16-bit value: full_like(x, 8.396) was 8.396 in the kernel, 8.375 in eager.
+    Without these, half of x + s's values were an ulp off, pow's up to 9%."""
+    torch.manual_seed(11)
+    x, s = (torch.randn(1003) * 4).to(dtype), 8.396163642458497
+    table = {
+        "x + s": lambda x: x + s, "s - x": lambda x: s - x, "x - 1000001": lambda x: x - 1000001,
+        "x * s": lambda x: x * s, "s / x": lambda x: s / x,
+        "pow(|x|, s)": lambda x: x.abs().pow(s), "pow(s, x)": lambda x: torch.pow(s, x / 4),
+        "fmod": lambda x: torch.fmod(x, s), "remainder": lambda x: torch.remainder(x, s),
+        "atan2(x, full_like)": lambda x: torch.atan2(x, torch.full_like(x, s)),
+        "hinge loss": lambda x: F.hinge_embedding_loss(x, torch.sign(x), margin=s, reduction="sum"),
+    }
+    fns = list(table.values())
+    exact = dict(rtol=0, atol=0) if target != "cuda" else {}
+    cap = check_on_every_target(lambda x: tuple(f(x) for f in fns), x, names=list(table), tol=exact)
+    assert not cap.fallbacks, cap.fallbacks
+
+
 def test_a_clamp_keeps_a_signed_zero_as_in_eager(check_on_every_target):
     """A clamp's tie of signed zeros goes as in eager, and so do relu6's,
     hardtanh's, fmax's and fmin's: on the CPU, clamp(-0.0, min=0.0) is -0.0
