@@ -127,7 +127,11 @@ def unary(op: str, a: str, t: torch.dtype) -> str:
         "rsqrt": f"libdevice.rsqrt({a})",
         "reciprocal": f"1.0 / {a}",
         "round": f"libdevice.nearbyint({a})",
-        "sign": f"tl.where({a} > 0, 1, tl.where({a} < 0, -1, 0)).to({TL_DTYPE[t]})",
+        # a float's as float constants: the ints' conversion, rounded to bfloat16 and
+        # compared, gave wrong sums on an H200 (a bfloat16 hinge loss, [4099],
+        # RBLOCK 4096 with 8 warps: 4.56 where eager gave 7.38; Triton 3.6)
+        "sign": (f"tl.where({a} > 0, 1.0, tl.where({a} < 0, -1.0, 0.0)).to({TL_DTYPE[t]})" if fp
+                 else f"tl.where({a} > 0, 1, tl.where({a} < 0, -1, 0)).to({TL_DTYPE[t]})"),
         "relu": f"tl.where({a} < 0, 0, {a})",
         "bitwise_not": f"~{a}",
         "logical_not": f"{a} == 0",

@@ -995,6 +995,22 @@ def test_reduction_epilogues(check_compiled, dtype):
     run_family(check_compiled, REDUCTION_EPILOGUES, [x], min_ops=2)
 
 
+def test_a_sign_summed_in_bfloat16(check_on_every_target):
+    """sign(x) * x summed over bfloat16 rows long enough for 16 elements a thread
+    (RBLOCK 4096, 8 warps): with sign as int constants converted to float, the
+    H200's sums were 38% low ((sign(x) * x).sum(-1) of [64, 4099]: 8192 where
+    eager gave 13120), and so was a hinge loss. Sign of a float is now float
+    constants."""
+    torch.manual_seed(14)
+    x = (torch.randn(64, 4099) * 4).to(torch.bfloat16)
+    table = {
+        "sign(x) * x": lambda x: (torch.sign(x) * x).sum(-1),
+        "hinge loss": lambda x: F.hinge_embedding_loss(x[0], torch.sign(x[0]), margin=8.4, reduction="sum"),
+    }
+    fns = list(table.values())
+    check_on_every_target(lambda x: tuple(f(x) for f in fns), x, names=list(table))
+
+
 # ---------------------------------------------------------------------------
 # softmax and normalizations (decomposed into pointwise + reductions)
 
