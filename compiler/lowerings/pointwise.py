@@ -74,7 +74,7 @@ def _round_decimals(a, decimals: int, step_dtype: torch.dtype | None = None):
     round to it first: a float16 of 16344 scaled by 10 is inf there, not 163440."""
     ten_pow = float(10.0 ** abs(decimals))
     if step_dtype is not None:
-        ten_pow = _rounded_to(ten_pow, step_dtype)
+        ten_pow = ir.rounded_to(ten_pow, step_dtype)
 
     def stepped(e):
         return e if step_dtype is None else ir.cast(ir.cast(e, step_dtype), a.dtype)
@@ -116,18 +116,13 @@ def _compare(name):
     def lower(g, node, a, b):
         dtype = promote(a, b)
         cdt = torch.bool if name.startswith("logical") else upcast(dtype)
-        if cdt != dtype:  # 16-bit floats, compared in float32
-            a, b = (_rounded_to(v, dtype) for v in (a, b))
+        if cdt != dtype:  # 16-bit floats, compared in float32 with a Python float rounded to
+            # their dtype first, as eager's comparisons do on either device: bfloat16
+            # x == 0.1 holds where x is bfloat16's 0.1 (pytorch#173987)
+            a, b = (ir.rounded_to(v, dtype) for v in (a, b))
         return make_pointwise(g, node, lambda x, y: ir.op(name, x, y, dtype=torch.bool), [a, b], compute_dtype=cdt)
 
     return lower
-
-
-def _rounded_to(v, dtype: torch.dtype):
-    """A Python float compared with a 16-bit tensor, rounded to its dtype first,
-    as eager's comparisons do on either device: bfloat16 x == 0.1 holds where x is
-    bfloat16's 0.1 (pytorch#173987)."""
-    return ir.rounded_to(v, dtype)
 
 
 # ops whose Python-number operand eager converts to a 16-bit float tensor's dtype
