@@ -4,7 +4,6 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.utils._python_dispatch import _disable_current_modes
 
 from .. import ir
 from ..graph import Lazy
