@@ -16,8 +16,13 @@ from .scheduler import ExternStep, FusedKernel, schedule
 from .stats import CallRecord, GraphRecord, KernelRecord, next_graph_id, observed, publish
 
 
-def graph_device(example_inputs) -> torch.device:
+def graph_device(gm: torch.fx.GraphModule, example_inputs) -> torch.device:
+    """Where the graph's kernels run: a GPU its inputs are on, else (a graph of
+    factories alone, torch.ones(3, device="cuda")) a GPU its values are made on."""
     devices = [x.device for x in example_inputs if isinstance(x, torch.Tensor)]
+    if not devices:
+        vals = [n.meta.get("val") for n in gm.graph.nodes]
+        devices = [t.device for v in vals for t in (v if isinstance(v, (list, tuple)) else [v]) if isinstance(t, torch.Tensor)]
     for d in devices:
         if d.type != "cpu":
             return d
@@ -182,7 +187,7 @@ def _describe(gm: torch.fx.GraphModule, example_inputs):
     """(start time, device, graph id, printed ATen graph, ATen node count) of a graph."""
     aten_graph = gm.print_readable(print_output=False) if hasattr(gm, "print_readable") else str(gm.graph)
     n_aten = sum(1 for n in gm.graph.nodes if n.op == "call_function")
-    return time.perf_counter(), graph_device(example_inputs), next_graph_id(), aten_graph, n_aten
+    return time.perf_counter(), graph_device(gm, example_inputs), next_graph_id(), aten_graph, n_aten
 
 
 def _opaque_higher_order_op(gm: torch.fx.GraphModule) -> str | None:

@@ -299,11 +299,16 @@ class GraphLowering:
         val = node.meta.get("val")
         return self.realize(Lazy(v.size, v.dtype, v.load, v.origins), tuple(val.stride()) if _dense(val) else None)
 
+    def _returned_nodes(self) -> list:
+        outs = self.gm.graph.output_node().args[0]
+        return [o for o in (outs if isinstance(outs, (list, tuple)) else [outs]) if isinstance(o, torch.fx.Node)]
+
+    def returned(self, node) -> bool:
+        return node in self._returned_nodes()
+
     def returned_as(self, value):
         """The output node whose value is `value` (a computed value, not yet stored), or None."""
-        outs = self.gm.graph.output_node().args[0]
-        outs = outs if isinstance(outs, (list, tuple)) else [outs]
-        return next((o for o in outs if isinstance(o, torch.fx.Node) and self.env.get(o) is value), None)
+        return next((o for o in self._returned_nodes() if self.env.get(o) is value), None)
 
     def realize_output(self, node):
         """The value of output `node`, computed values stored in the layout eager gives them."""

@@ -28,7 +28,7 @@ def lower_node(graph, node, args, kwargs):
         if folded is not None:
             return folded
     copies = node.target in (aten._to_copy.default, aten.copy.default)
-    elsewhere = out is not None and out != graph.device and bool(node.all_input_nodes)
+    elsewhere = out is not None and out != graph.device and (bool(node.all_input_nodes) or _stays_there(graph, node, out))
     if elsewhere or (foreign and copies):
         graph.crosses_devices = True
         if elsewhere:
@@ -54,6 +54,13 @@ def lower_node(graph, node, args, kwargs):
         return fallback(graph, node, args, kwargs, reason=str(e))
     except Exception as e:  # a lowering bug must not break compilation: ATen runs it, the record says why
         return fallback(graph, node, args, kwargs, reason=f"lowering failed: {type(e).__name__}: {e}")
+
+
+def _stays_there(graph, node, device) -> bool:
+    """Whether a tensor made from nothing on another device (torch.zeros(3) in a
+    GPU graph) must be made there: returned, or read by an op there. Else it is
+    a constant expression of our kernels (torch.zeros(()) added to a GPU tensor)."""
+    return graph.returned(node) or any(node_device(graph, u) == device for u in node.users)
 
 
 def scalar_constant(graph, fx_node):

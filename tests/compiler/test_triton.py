@@ -1449,3 +1449,26 @@ def test_kernels_read_only_the_graphs_device(case):
         compiled = torch.compile(fn, backend="fusion")
         for _ in range(3):
             torch.testing.assert_close(compiled(*args), fn(*args))
+
+
+FACTORIES = {  # a graph with no tensor input; a GPU graph returning a tensor it makes on the CPU
+    "ones": (lambda: torch.ones(5, 3, device="cuda") * 2, ()),
+    "arange": (lambda: torch.arange(37, device="cuda", dtype=torch.float32).sin(), ()),
+    "full of a number": (lambda n: torch.full((4, 9), n, device="cuda").cumsum(1), (2.5,)),
+    "a CPU tensor beside": (lambda x: (x * 2, torch.zeros(3), torch.arange(4) + 1), ("x",)),
+}
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device: tensors made on a GPU need one")
+@pytest.mark.parametrize("case", FACTORIES)
+def test_a_graph_makes_its_tensors_on_the_device_they_name(case):
+    """Tensors a graph makes from nothing come back on the device the code names:
+    a graph with no tensor input took the CPU for its device, and torch.ones(3,
+    device="cuda") came back on the CPU; a CPU tensor made in a GPU graph came
+    back on the GPU. A graph of GPU factories alone is ours, in kernels."""
+    fn, args = FACTORIES[case]
+    args = tuple(rand(37, 5, device="cuda") if a == "x" else a for a in args)
+    cap = check(fn, *args)
+    assert cap.kernels, "no kernel of ours"
+    if not any(isinstance(a, torch.Tensor) for a in args):
+        assert not cap.fallbacks and not cap.externs, (cap.fallbacks, cap.externs)
