@@ -281,7 +281,8 @@ def scatter_add(g, node, x, dim, index, src):
     if _long_scatter(x, dim, index):
         return _scatter_along(g, node, x, dim, index, src, "sum")
     hits = _scatter_hits(g, node, x, dim, index, src, "sum")
-    return make_pointwise(g, node, lambda a, h: ir.op("add", a, h, dtype=a.dtype), [x, hits])
+    add = "logical_or" if out_val(node).dtype == torch.bool else "add"  # bools add saturating, not in 1 bit
+    return make_pointwise(g, node, lambda a, h: ir.op(add, a, h, dtype=a.dtype), [x, hits])
 
 
 @register(aten.scatter.value)
@@ -372,13 +373,15 @@ def _scatter_along(g, node, x, dim, index, src, reduce: str | None, dtype=None, 
 
 def _scatter_hits(g, node, x, dim, index, src, rtype):
     """Per element of x: any index along `dim` pointing at it ("any"), or the sum
-    of the src values pointing at it ("sum"); a reduction over the index dim."""
+    of the src values pointing at it ("sum"; of bools, any of them: Triton's
+    1-bit sum wraps); a reduction over the index dim."""
     dim = dim % max(x.ndim, 1)
     if x.ndim == 0 or index.ndim != x.ndim:
         raise Unsupported("scatter of a 0-d input, or with an index of another rank")
     if index.size[dim] > SCATTER_MAX_INDICES:
         raise Unsupported(f"scatter of more than {SCATTER_MAX_INDICES} indices per element")
     cdt = torch.bool if rtype == "any" else upcast(out_val(node).dtype)
+    rtype = "any" if cdt == torch.bool else rtype
     # off the scatter dim the index may be shorter than x: elements beyond it get nothing
     short = [d for d in range(x.ndim) if d != dim and index.size[d] < x.size[d]]
 
@@ -389,7 +392,7 @@ def _scatter_hits(g, node, x, dim, index, src, rtype):
         for d in short:
             inside = ir.op("lt", ir.index_value(idx[d]), ir.const(index.size[d], torch.int64), dtype=torch.bool)
             hit = ir.op("logical_and", hit, inside, dtype=torch.bool)
-        if rtype == "any":
+        if src is None:
             return hit
         return ir.op("where", hit, ir.cast(src.load(at), cdt), ir.const(0, cdt), dtype=cdt)
 

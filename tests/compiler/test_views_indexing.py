@@ -609,3 +609,15 @@ def test_a_zero_dim_index_or_value_is_read_in_a_kernel(check_on_every_target):
                                 names=list(table))
     assert len(cap.graphs) == 1 and cap.kernels, "the call was not compiled"
     no_fallbacks(cap)
+
+
+def test_a_scatter_add_of_bools_saturates(check_on_every_target):
+    """scatter_add of bools is a logical or, as in eager: Triton summed the bools
+    that meet at an element in 1 bit, so True + True came back False."""
+    torch.manual_seed(3)
+    x, src = torch.rand(10, 5) > 0.5, torch.rand(6, 5) > 0.3
+    index = torch.randint(0, 10, (6, 5))
+    cap = check_on_every_target(lambda x, i, s: (torch.scatter_add(x, 0, i, s), torch.scatter_add(x, 1, i[:, :3] % 5, s)),
+                                x, index, src)
+    no_fallbacks(cap)
+
