@@ -543,8 +543,21 @@ def _put_where_masked(g, node, x, indices, values, accumulate: bool) -> Lazy:
                           compute_dtype=[torch.bool, cdt, cdt])
 
 
-def _scatter(g, node, x, indices, values, accumulate: bool) -> View:
-    """index_put: `values` added at (or written to) x[indices]."""
+def _scatter(g, node, x, indices, values, accumulate: bool) -> View | Lazy:
+    """index_put: `values` added at (or written to) x[indices]. A 16-bit sum on a
+    GPU adds in float32 and rounds once, as eager's sorted kernel does there
+    (bfloat16 atomics rounded at every add: 4 values into one element were up to
+    an ulp off, and a long run of them drifts); the CPU adds in order, rounding
+    each, as eager's does."""
+    dtype = out_val(node).dtype
+    if accumulate and dtype in (torch.float16, torch.bfloat16) and g.device.type == "cuda":
+        wide = Lazy(x.size, torch.float32, lambda idx: ir.cast(x.load(idx), torch.float32), origins_of(g, node, x))
+        summed = _scatter_values(g, node, wide, indices, values, True, torch.float32)
+        return make_pointwise(g, node, lambda v: v, [summed], compute_dtype=torch.float32)
+    return _scatter_values(g, node, x, indices, values, accumulate)
+
+
+def _scatter_values(g, node, x, indices, values, accumulate: bool, dtype=None) -> View:
     picks = _Picks(x, indices)
 
     def place(idx):
@@ -554,7 +567,7 @@ def _scatter(g, node, x, indices, values, accumulate: bool) -> View:
         return _element(x.size, {d: full[d] for d in direct}, {d: values_at[full[d]] for d in picks.dims if d not in direct})
 
     return _scatter_into(g, node, x, picks.size, place, lambda idx: broadcast_load(values, picks.size, idx),
-                         "sum" if accumulate else None, origins_of(g, node, x, values, *picks.tensors))
+                         "sum" if accumulate else None, origins_of(g, node, x, values, *picks.tensors), dtype)
 
 
 def _scatter_into(g, node, x, size, place, value, reduce: str | None, origins, dtype=None,

@@ -621,3 +621,16 @@ def test_a_scatter_add_of_bools_saturates(check_on_every_target):
                                 x, index, src)
     no_fallbacks(cap)
 
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+def test_16_bit_index_put_adds_as_eager_does(check_on_every_target, target, dtype):
+    """x.index_put(i, v, accumulate=True) of 16-bit floats, 400 values into 10 rows:
+    on a GPU eager sums each row's values in float32 and rounds once, and so do
+    ours (16-bit atomics rounded at every add and drifted); on the CPU eager adds
+    in order, rounding each, and so does the C++ kernel."""
+    torch.manual_seed(4)
+    x, v = rand((10, 4), dtype), rand((400, 4), dtype)
+    i = torch.randint(0, 10, (400,))
+    cap = check_on_every_target(lambda x, i, v: x.index_put((i,), v, accumulate=True), x, i, v)
+    if target != "triton":  # the interpreter has no 16-bit atomics of ours: ATen's
+        no_fallbacks(cap)
