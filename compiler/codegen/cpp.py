@@ -600,6 +600,8 @@ class CppKernel:
             raise NotImplementedError(f"{s.op} computed in {t}: lowering should upcast")
         if s.op == "where":
             return f"({a[0]} ? {a[1]} : {a[2]})"
+        if s.op == "fma":
+            return f"std::fma({a[0]}, {a[1]}, {a[2]})"
         if s.op in ("sin", "cos") and self.fast_trig and s.args[0].dtype == torch.float32:
             return f"fusion_{s.op}f({a[0]}, {TRIG_FLAG})"
         if s.op in WRAPPING_C and t != torch.bool and not t.is_floating_point:

@@ -336,6 +336,8 @@ class TritonKernel:
             codes = [a.code if a.code.isidentifier() or not a.tensor else f"({a.code})" for a in args]
             if s.op == "where":
                 return f"tl.where({codes[0]}, {codes[1]}, {codes[2]})"
+            if s.op == "fma":
+                return f"tl.fma({codes[0]}, {codes[1]}, {codes[2]})"
             if len(codes) == 1:
                 return unary(s.op, codes[0], in_t)
             return binary(s.op, codes[0], codes[1], in_t, cuda=self.device.type == "cuda")

@@ -39,7 +39,9 @@ def lower_node(graph, node, args, kwargs):
         folded = {a: scalar_constant(graph, a) for a in foreign}
         graph.crosses_devices |= any(v is None for v in folded.values())
         args, kwargs = graph.args_with(node, {a: device_copy(graph, a) if v is None else v for a, v in folded.items()})
-    fn = LOWERINGS.get(node.target) or LOWERINGS.get(getattr(node.target, "overloadpacket", None))
+    # an op registered by name (prims.fma: TorchInductor's prim, there once Dynamo imports it)
+    fn = (LOWERINGS.get(node.target) or LOWERINGS.get(getattr(node.target, "overloadpacket", None))
+          or LOWERINGS.get(str(node.target)))
     odd = _dtype_without_kernels(node)
     if odd is not None:
         return fallback(graph, node, args, kwargs, reason=f"{odd} tensors: no kernels of ours")

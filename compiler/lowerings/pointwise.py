@@ -101,7 +101,7 @@ def _binary(name):
         a, b = (_as_eager_scalar(g, node, name, v) for v in (a, b))
         if alpha is not None and alpha != 1:
             alpha = _as_eager_scalar(g, node, name, alpha)
-            return make_pointwise(g, node, lambda x, y: ir.op(name, x, ir.op("mul", y, ir.const(alpha, y.dtype), dtype=y.dtype), dtype=x.dtype), [a, b])
+            return make_pointwise(g, node, lambda x, y: _plus_scaled(name, x, y, alpha), [a, b])
         if name == "add":
             folded = indexing.add_into_scatter(g, node, a, b)
             if folded is not None:
@@ -109,6 +109,16 @@ def _binary(name):
         return make_pointwise(g, node, _op(name), [a, b])
 
     return lower
+
+
+def _plus_scaled(name: str, x: ir.Expr, y: ir.Expr, alpha) -> ir.Expr:
+    """x + alpha * y (name "add") or x - alpha * y ("sub"); of floats rounded once,
+    an fma, as eager's kernels compute it on either device (ATen's vectorized add
+    is fmadd(y, alpha, x)): rounding alpha * y first was an ulp off in 1 of 5."""
+    t = x.dtype
+    if t.is_floating_point:
+        return ir.op("fma", y, ir.const(alpha if name == "add" else -alpha, t), x, dtype=t)
+    return ir.op(name, x, ir.op("mul", y, ir.const(alpha, t), dtype=t), dtype=t)
 
 
 def _compare(name):
@@ -230,6 +240,17 @@ def pow_(g, node, a, b):
 @register(aten.ldexp)
 def ldexp(g, node, a, b):
     return make_pointwise(g, node, lambda x, y: ir.op("mul", x, ir.op("exp2", y, dtype=y.dtype), dtype=x.dtype), [a, b])
+
+
+@register("prims.fma.default")
+def fma(g, node, a, b, c):
+    """a * b + c rounded once: Dynamo's form of p.addcdiv_(t1, t2, value=v) (an
+    optimizer's step: fma(t1 / t2, v, p)) and of p.add_(t, alpha=a tensor), as
+    eager's CUDA kernels contract them (ATen ran it: three kernels and a fallback)."""
+    cdt = upcast(out_val(node).dtype)
+    if not cdt.is_floating_point:
+        return make_pointwise(g, node, lambda x, y, z: ir.op("add", ir.op("mul", x, y, dtype=cdt), z, dtype=cdt), [a, b, c])
+    return make_pointwise(g, node, lambda x, y, z: ir.op("fma", x, y, z, dtype=cdt), [a, b, c])
 
 
 @register(aten.where)

@@ -456,6 +456,29 @@ def test_addcmul_and_addcdiv_round_once(check_compiled, target, dtype):
                    names=["addcmul(value=0.5)", "addcdiv"], tol=None if target == "cuda" else dict(rtol=0, atol=0))
 
 
+def test_an_optimizer_step_is_one_kernel(check_on_every_target, target):
+    """p.addcdiv_(t1, t2, value=v) and p.add_(t, alpha=a tensor), an optimizer's
+    steps, reach us as Dynamo's prims.fma (torch 2.13), which ATen ran beside
+    three kernels; now one kernel. add with a Python alpha is an fma too, as
+    ATen's vectorized add is: alpha * y rounded first was an ulp off in 1 of 5."""
+    torch.manual_seed(6)
+    p, t1, t2 = rand((1003,), torch.float32), rand((1003,), torch.float32), rand((1003,), torch.float32, "pos")
+    lr = torch.tensor(0.01)
+
+    def step(p, t1, t2, lr):
+        p = p.clone()
+        p.addcdiv_(t1, t2, value=-0.37)
+        p.add_(t1, alpha=lr)
+        return p
+
+    cap = check_on_every_target(step, p, t1, t2, lr)
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    assert len(cap.kernels) == 1, [k.name for k in cap.kernels]
+    exact = dict(rtol=0, atol=0) if target == "cpp" else None
+    check_on_every_target(lambda t1, t2: (torch.add(t1, t2, alpha=0.3), torch.sub(t1, t2, alpha=0.7)), t1, t2,
+                          names=["add(alpha=0.3)", "sub(alpha=0.7)"], tol=exact)
+
+
 @pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64], ids=dtype_id)
 def test_integer_arithmetic_wraps_around_as_atens(check_compiled, dtype, target, request):
     """Integer add, sub, mul, neg and abs wrap around in the tensor's dtype, as
