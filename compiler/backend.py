@@ -8,6 +8,7 @@ import warnings
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
 from .compile_fx import compile_graph, has_symbolic_sizes, run_uncompiled
 from .config import config
@@ -64,7 +65,20 @@ def _compared(node: torch.fx.Node) -> bool:
 def fusion_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     if has_symbolic_sizes(example_inputs):
         return _per_shape(gm)
-    return _aot()(gm, example_inputs)
+    return _compiled(gm, example_inputs)
+
+
+def _compiled(gm: torch.fx.GraphModule, args):
+    """The graph through AOTAutograd and our compiler; as it is where a shape or
+    a size depends on the data (narrow at a tensor's value, a boolean mask's
+    index_put backward and its nonzero), which fake tensors cannot trace, for
+    us or TorchInductor: Dynamo then ran it eagerly, with a traceback in the
+    log and no record to say why."""
+    try:
+        return _aot()(gm, args)
+    except (DataDependentOutputException, DynamicOutputShapeException) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        return _uncompiled(gm, args, f"runs uncompiled: a shape or a size in it depends on the data ({type(e).__name__}: {first})")
 
 
 def _aot():
@@ -97,9 +111,11 @@ def _per_shape(gm: torch.fx.GraphModule):
         fn = compiled.get(key) or uncompiled.get(key)
         if fn is None:
             if len(compiled) < config.max_shapes:
-                fn = compiled[key] = _aot()(_with_values(gm, {i: args[i].item() for i in scalars}), list(args))
+                fn = compiled[key] = _compiled(_with_values(gm, {i: args[i].item() for i in scalars}), list(args))
             else:
-                fn = uncompiled[key] = _uncompiled(gm, args, len(compiled))
+                fn = uncompiled[key] = _uncompiled(gm, args, (
+                    f"compiled for {len(compiled)} shapes already (FUSION_MAX_SHAPES): further shapes run "
+                    "uncompiled; pad the inputs to fewer shapes or raise the limit"))
         return fn(*args)
 
     return call
@@ -132,9 +148,7 @@ def _with_values(gm: torch.fx.GraphModule, values: dict[int, float]) -> torch.fx
     return gm
 
 
-def _uncompiled(gm, args, shapes: int):
-    note = (f"compiled for {shapes} shapes already (FUSION_MAX_SHAPES): further shapes run uncompiled; "
-            "pad the inputs to fewer shapes or raise the limit")
+def _uncompiled(gm, args, note: str):
     warnings.warn(f"pytest-fusion: a graph {note}", stacklevel=3)
     boxed = run_uncompiled(gm, list(args), "forward" if torch.is_grad_enabled() else "inference", note)
     return lambda *a: boxed(list(a))

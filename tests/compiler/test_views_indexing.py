@@ -8,6 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import compiler
+
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
@@ -634,3 +636,29 @@ def test_16_bit_index_put_adds_as_eager_does(check_on_every_target, target, dtyp
     cap = check_on_every_target(lambda x, i, v: x.index_put((i,), v, accumulate=True), x, i, v)
     if target != "triton":  # the interpreter has no 16-bit atomics of ours: ATen's
         no_fallbacks(cap)
+
+
+def test_a_graph_whose_shapes_depend_on_data_runs_uncompiled_and_says_so():
+    """narrow at a tensor's value, and a boolean mask's index_put with its backward
+    (nonzero): fake tensors cannot trace them, for us or TorchInductor. The graph
+    runs as it is, with a warning and a record that say why, where Dynamo ran it
+    eagerly with a traceback in its log and no record of ours."""
+    torch.manual_seed(5)
+    x, i = torch.randn(6, 8), torch.tensor(3)
+    mask, v = torch.rand(6, 8) > 0.5, torch.randn((), requires_grad=True)
+    w = x.clone().requires_grad_()
+    table = {
+        "narrow(x, 1, a tensor, 2)": lambda: torch.narrow((x * 2).sin(), 1, i, 2).cos(),
+        "index_put(mask) and its backward": lambda: torch.index_put(w * 2, (mask,), v).sum(),
+    }
+    for name, fn in table.items():
+        torch._dynamo.reset()
+        with compiler.capture() as cap, pytest.warns(UserWarning, match="depends on the data"):
+            out = torch.compile(fn, backend="fusion")()
+        torch.testing.assert_close(out, fn(), msg=name)
+        notes = [g.note for g in cap.graphs]
+        assert notes and all("runs uncompiled" in n and "depends on the data" in n for n in notes), (name, notes)
+    expected = torch.autograd.grad(table["index_put(mask) and its backward"](), (w, v))
+    torch._dynamo.reset()
+    got = torch.autograd.grad(torch.compile(table["index_put(mask) and its backward"], backend="fusion")(), (w, v))
+    torch.testing.assert_close(got, expected)
