@@ -112,6 +112,19 @@ def _logit_as_on_device(decomposition):
     return logit
 
 
+def _std_as_on_device(decomposition):
+    """std (and std_mean) of float32 as eager computes it on the CPU: in float64, the
+    square root too, rounded to float32 once (a std of 1.8e20, whose variance float32
+    cannot hold, was inf). A GPU computes it in float32, as torch._decomp's does."""
+    def std(x, *args, **kwargs):
+        if x.device.type != "cpu" or x.dtype != torch.float32:
+            return decomposition(x, *args, **kwargs)
+        out = decomposition(x.double(), *args, **kwargs)
+        return tuple(o.float() for o in out) if isinstance(out, tuple) else out.float()
+
+    return std
+
+
 def _ntuple(v, n: int) -> tuple[int, ...]:
     v = list(v) if isinstance(v, (list, tuple)) else [v]
     return tuple(v) * n if len(v) == 1 else tuple(v)
@@ -420,6 +433,8 @@ def decomposition_table() -> dict:
     table.update(get_decompositions(_EXTRA))
     table[aten._softmax.default] = _softmax
     table[aten.logit.default] = _logit_as_on_device(table[aten.logit.default])
+    for op in (aten.std.correction, aten.std_mean.correction, aten.std.dim, aten.std.default):
+        table[op] = _std_as_on_device(table[op])
     table[aten.native_dropout.default] = _native_dropout
     # pooling, ours (torch._decomp has max_pool2d's only from torch 2.12 on)
     table[aten.max_pool2d_with_indices.default] = _max_pool2d_with_indices

@@ -1006,6 +1006,20 @@ def test_constant_slices_have_exactly_zero_variance(check_compiled, dtype, cols)
     check_compiled(lambda x: tuple(f(x) for f in fns), x, names=list(table), tol=dict(rtol=0, atol=0))
 
 
+def test_a_float32_std_is_computed_in_float64_on_the_cpu(check_compiled, target):
+    """Eager's CPU std of float32 computes in float64, the square root too, and
+    rounds once: a std of 1.8e20, whose variance float32 cannot hold, was inf, and
+    ordinary ones an ulp off. A GPU computes in float32, as eager's kernel does."""
+    torch.manual_seed(16)
+    x = torch.cat([torch.tensor([[1e20, -1e20, 3e20, 2.5e20] * 250]), torch.randn(7, 1000) * 3 + 1])
+    table = {"std": lambda x: x.std(-1), "std(correction=0) of the transpose": lambda x: x.t().std(0, correction=0),
+             "std_mean": lambda x: torch.std_mean(x[1:], -1, keepdim=True), "std of all": lambda x: x[1:].std()}
+    fns = list(table.values())
+    cap = check_compiled(lambda x: tuple(f(x) for f in fns), x, names=list(table),
+                         tol=dict(rtol=0, atol=0) if target == "cpp" else None)
+    assert not cap.fallbacks, cap.fallbacks
+
+
 # a pointwise op on a reduction's result, fused into the reduction's kernel: it reads
 # the value as stored (a half sum accumulates in float, is rounded, then read as half)
 REDUCTION_EPILOGUES = {
