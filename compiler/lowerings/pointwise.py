@@ -111,13 +111,21 @@ def _binary(name):
     return lower
 
 
+def _multiply_add(a: ir.Expr, b: ir.Expr, c: ir.Expr) -> ir.Expr:
+    """a * b + c; of floats rounded once (an fma)."""
+    t = c.dtype
+    if t.is_floating_point:
+        return ir.op("fma", a, b, c, dtype=t)
+    return ir.op("add", ir.op("mul", a, b, dtype=t), c, dtype=t)
+
+
 def _plus_scaled(name: str, x: ir.Expr, y: ir.Expr, alpha) -> ir.Expr:
     """x + alpha * y (name "add") or x - alpha * y ("sub"); of floats rounded once,
     an fma, as eager's kernels compute it on either device (ATen's vectorized add
     is fmadd(y, alpha, x)): rounding alpha * y first was an ulp off in 1 of 5."""
     t = x.dtype
     if t.is_floating_point:
-        return ir.op("fma", y, ir.const(alpha if name == "add" else -alpha, t), x, dtype=t)
+        return _multiply_add(y, ir.const(alpha if name == "add" else -alpha, t), x)
     return ir.op(name, x, ir.op("mul", y, ir.const(alpha, t), dtype=t), dtype=t)
 
 
@@ -247,10 +255,7 @@ def fma(g, node, a, b, c):
     """a * b + c rounded once: Dynamo's form of p.addcdiv_(t1, t2, value=v) (an
     optimizer's step: fma(t1 / t2, v, p)) and of p.add_(t, alpha=a tensor), as
     eager's CUDA kernels contract them (ATen ran it: three kernels and a fallback)."""
-    cdt = upcast(out_val(node).dtype)
-    if not cdt.is_floating_point:
-        return make_pointwise(g, node, lambda x, y, z: ir.op("add", ir.op("mul", x, y, dtype=cdt), z, dtype=cdt), [a, b, c])
-    return make_pointwise(g, node, lambda x, y, z: ir.op("fma", x, y, z, dtype=cdt), [a, b, c])
+    return make_pointwise(g, node, _multiply_add, [a, b, c])
 
 
 @register(aten.where)
