@@ -70,11 +70,11 @@ def fusion_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
 
 
 def _compiled(gm: torch.fx.GraphModule, args):
-    """The graph through AOTAutograd and our compiler; as it is where a shape or
-    a size depends on the data (narrow at a tensor's value, a boolean mask's
-    index_put backward and its nonzero), which fake tensors cannot trace, for
-    us or TorchInductor: Dynamo then ran it eagerly, with a traceback in the
-    log and no record to say why."""
+    """The graph through AOTAutograd and our compiler; as it is where ATen would
+    raise (_refused_by_aten) or where a shape or a size depends on the data
+    (narrow at a tensor's value, a boolean mask's index_put backward and its
+    nonzero), which fake tensors cannot trace, for us or TorchInductor: Dynamo
+    then ran it eagerly, with a traceback in the log and no record to say why."""
     refused = _refused_by_aten(gm)
     if refused:
         return _uncompiled(gm, args, f"runs uncompiled, where ATen raises: {refused}")

@@ -42,12 +42,13 @@ def main() -> None:
     args = p.parse_args()
     if args.part is not None:
         return sweep(args, args.part)
-    argv = [a for a in sys.argv[1:]]
-    procs = [subprocess.Popen([sys.executable, __file__, *argv, "--part", str(i)], stdout=subprocess.PIPE, text=True)
+    procs = [subprocess.Popen([sys.executable, __file__, *sys.argv[1:], "--part", str(i)], stdout=subprocess.PIPE, text=True)
              for i in range(args.jobs)]
-    lines, totals = [], collections.Counter()
-    for proc in procs:
+    lines, totals, crashed = [], collections.Counter(), []
+    for i, proc in enumerate(procs):
         out, _ = proc.communicate()
+        if proc.returncode:  # its samples are missing from the totals: say so
+            crashed.append(f"part {i} exited with {proc.returncode}")
         for line in out.splitlines():
             if line.startswith("TOTALS "):
                 totals.update(ast.literal_eval(line[len("TOTALS "):]))
@@ -56,6 +57,8 @@ def main() -> None:
     if lines:
         print("\n".join(sorted(lines)))
     print(f"{args.device} {args.dtype}{' backward' if args.backward else ''}: {dict(totals)}")
+    if crashed:
+        sys.exit("opinfo_sweep: " + "; ".join(crashed))
 
 
 def sweep(args, part: int) -> None:

@@ -1464,8 +1464,9 @@ FACTORIES = {  # a graph with no tensor input; a GPU graph returning a tensor it
 def test_a_graph_makes_its_tensors_on_the_device_they_name(case):
     """Tensors a graph makes from nothing come back on the device the code names:
     a graph with no tensor input took the CPU for its device, and torch.ones(3,
-    device="cuda") came back on the CPU; a CPU tensor made in a GPU graph came
-    back on the GPU. A graph of GPU factories alone is ours, in kernels."""
+    device="cuda") came back on the CPU; a CPU tensor made and returned in a GPU
+    graph is made on the CPU, in ATen. A graph of GPU factories alone is ours,
+    in kernels."""
     fn, args = FACTORIES[case]
     args = tuple(rand(37, 5, device="cuda") if a == "x" else a for a in args)
     cap = check(fn, *args)
