@@ -14,6 +14,7 @@ from . import ir
 from .compile_fx import compile_graph, has_symbolic_sizes, run_uncompiled
 from .config import config
 from .decompositions import decomposition_table
+from .dynamo_splits import rejoin_split_calls
 from .graph import replayable
 
 aten = torch.ops.aten
@@ -79,7 +80,7 @@ def _compiled(gm: torch.fx.GraphModule, args):
     if refused:
         return _uncompiled(gm, args, f"runs uncompiled, where ATen raises: {refused}")
     try:
-        return _aot()(gm, args)
+        return _aot()(rejoin_split_calls(gm), args)
     except (DataDependentOutputException, DynamicOutputShapeException) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         return _uncompiled(gm, args, f"runs uncompiled: a shape or a size in it depends on the data ({type(e).__name__}: {first})")

@@ -427,10 +427,16 @@ def _scalars_checked(op, decomposition):
     return decompose
 
 
+# ops left to lowerings of ours, which compute them as eager's kernels do
+_LOWERED_AS_EAGER = (aten.addcmul, aten.addcdiv, aten.lerp)
+
+
 @functools.lru_cache(None)
 def decomposition_table() -> dict:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(_EXTRA))
+    for op in [op for op in table if op.overloadpacket in _LOWERED_AS_EAGER]:
+        del table[op]  # lowered as eager's kernels compute them (lowerings/pointwise.py)
     table[aten._softmax.default] = _softmax
     table[aten.logit.default] = _logit_as_on_device(table[aten.logit.default])
     for op in (aten.std.correction, aten.std_mean.correction, aten.std.dim, aten.std.default):

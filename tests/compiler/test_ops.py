@@ -445,15 +445,31 @@ def test_an_index_out_of_range_asserts_on_the_gpu():
     assert "index out of range in a pytest-fusion kernel" in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
-def test_addcmul_and_addcdiv_round_once(check_compiled, target, dtype):
-    """addcmul and addcdiv of 16-bit tensors compute in float32 and round once, as
-    ATen's kernels. (Dynamo itself splits addcdiv with a `value` into div, mul and
-    add before a backend sees it: each of those rounds, as it does in eager.)"""
-    torch.manual_seed(4)
-    a, b, c = rand((1001,), dtype), rand((1001,), dtype), rand((1001,), dtype, "pos")
-    check_compiled(lambda a, b, c: (torch.addcmul(a, b, c, value=0.5), torch.addcdiv(a, b, c)), a, b, c,
-                   names=["addcmul(value=0.5)", "addcdiv"], tol=None if target == "cuda" else dict(rtol=0, atol=0))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=dtype_id)
+def test_addcmul_addcdiv_and_lerp_are_eagers_bit_for_bit(check_compiled, dtype):
+    """addcmul, addcdiv and lerp as eager's one kernel computes them on its device:
+    in float32 for 16-bit tensors, rounded once, with the fma its compiler makes
+    (the CPU's addcmul fma(v * b, c, a), CUDA's fma(v, b * c, a)). torch._decomp's
+    a + v * b * c rounded each step: 1 in 4 float32s an ulp off. Dynamo's pieces
+    of addcdiv(value=) and of addcdiv_ and addcmul_ (div, mul, add; prims.fma) are
+    one call again; ops a user writes apart still round one by one, as in eager."""
+    torch.manual_seed(5)
+    a, b, c = rand((1003,), dtype), rand((1003,), dtype), rand((1003,), dtype, "pos")
+    w = (torch.rand(1003, dtype=torch.float64) * 1.4 - 0.2).to(dtype)  # both of lerp's formulas
+
+    def calls(a, b, c, w):
+        inplace = a.clone()
+        inplace.addcdiv_(b, c, value=-0.37)
+        inplace.addcmul_(b, c, value=0.29)
+        return (torch.addcmul(a, b, c), torch.addcmul(a, b, c, value=0.37), torch.addcmul(a, b, c, value=-1),
+                torch.addcdiv(a, b, c), torch.addcdiv(a, b, c, value=0.37), inplace,
+                torch.lerp(a, b, 0.3), torch.lerp(a, b, 0.7), torch.lerp(a, b, w),
+                a + torch.div(b, c) * 0.37)
+
+    cap = check_compiled(calls, a, b, c, w, tol=dict(rtol=0, atol=0), names=[
+        "addcmul", "addcmul(value=0.37)", "addcmul(value=-1)", "addcdiv", "addcdiv(value=0.37)",
+        "addcdiv_ then addcmul_", "lerp(0.3)", "lerp(0.7)", "lerp(w)", "a + div(b, c) * 0.37"])
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
 
 
 def test_an_optimizer_step_is_one_kernel(check_on_every_target, target):
