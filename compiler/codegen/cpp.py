@@ -439,6 +439,8 @@ def _binary(name, a, b, t):
         return f"({a} {INFIX_OPS[name]} {b})"
     if name == "truediv":
         return f"({a} / {b})"
+    if name == "mul_rn":  # g++ contracts no product into an fma here (-ffp-contract=off)
+        return f"({a} * {b})"
     if name == "logical_and":
         return f"({a} && {b})"
     if name == "logical_or":

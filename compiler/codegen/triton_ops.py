@@ -152,6 +152,8 @@ def binary(op: str, a: str, b: str, t: torch.dtype, cuda: bool = False) -> str:
         return f"{a} {INFIX_OPS[op]} {b}"
     if op == "truediv":
         return f"{a} / {b}"
+    if op == "mul_rn":  # a product rounded before it is added, which FP fusion must not contract into an FMA
+        return f"libdevice.mul_rn({a}, {b})" if cuda and t in (torch.float32, torch.float64) else f"{a} * {b}"
     if op == "logical_and":
         return f"({a} != 0) & ({b} != 0)"
     if op == "logical_or":

@@ -173,7 +173,10 @@ def addmm(g, node, bias, a, b, *, beta=1, alpha=1):
           aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
           aten._scaled_dot_product_flash_attention.default, aten._scaled_dot_product_flash_attention_backward.default,
           aten._scaled_dot_product_efficient_attention.default,
-          aten._scaled_dot_product_efficient_attention_backward.default)
+          aten._scaled_dot_product_efficient_attention_backward.default,
+          # cuDNN's, which SDPA picks for 16-bit attention on an H100/H200 (torch 2.11)
+          aten._scaled_dot_product_cudnn_attention.default,
+          aten._scaled_dot_product_cudnn_attention_backward.default)
 def extern(g, node, *args, **kwargs):
     out_val(node)
     return call_aten(g, node, args, kwargs, "extern")

@@ -273,8 +273,8 @@ def addcmul(g, node, a, t1, t2, value=1):
                 raise Unsupported("addcmul of integers with a float value")  # ATen raises
             return ir.op("add", x, ir.op("mul", ir.op("mul", ir.const(value, t), y, dtype=t), z, dtype=t), dtype=t)
         v = ir.const(value, t)
-        if cuda and value != 1:  # CUDA: fma(v, y * z, x); the CPU: fma(v * y, z, x)
-            return ir.op("fma", v, ir.op("mul", y, z, dtype=t), x, dtype=t)
+        if cuda and value != 1:  # CUDA: fma(v, y * z, x), y * z rounded; the CPU: fma(v * y, z, x)
+            return ir.op("fma", v, ir.op("mul_rn", y, z, dtype=t), x, dtype=t)
         return ir.op("fma", ir.op("mul", v, y, dtype=t), z, x, dtype=t)
 
     return make_pointwise(g, node, body, [a, t1, t2])

@@ -467,9 +467,14 @@ def test_a_block_trains_under_autocast_as_eager_does(device):
     ref_loss = loss_fn(ref, tokens)
     ref_loss.backward()
     torch.testing.assert_close(loss, ref_loss, rtol=1e-3, atol=1e-3)
+    assert any("torch.bfloat16" in g.aten_graph for g in cap.graphs if g.kind == "forward")
+    # on the CPU, computed in float32 throughout (autocast lost), they were 2e-3 to 5e-3
+    # of the largest off; on a GPU eager's attention and the graph's differ in bfloat16
+    # (in a like block with nn.MultiheadAttention, TorchInductor's were 4e-3 off on an H200)
+    share = 1e-3 if device == "cpu" else 1e-2
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-        # computed in float32 throughout (autocast lost), they were 2e-3 to 5e-3 of the largest off
-        torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=1e-3 * q.grad.abs().max().item(), msg=name)
+        torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=share * q.grad.abs().max().item(),
+                                   msg=lambda m, name=name: f"grad of {name}: {m}")
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
     assert all(e.op in ("aten.mm.default", "aten.addmm.default") or "attention" in e.op for e in cap.externs), \
         [e.op for e in cap.externs]
