@@ -493,6 +493,41 @@ def test_addcmul_addcdiv_and_lerp_are_eagers_bit_for_bit(check_compiled, target,
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
 
 
+@pytest.mark.parametrize("one_call", [True, False], ids=["one-span", "own-spans"])
+def test_torch_2_11s_pieces_of_addcdiv_and_addcmul_are_joined(one_call):
+    """torch 2.11's Dynamo gives a.addcdiv_(b, c, value=v) as a.add_(div(b, c) * v)
+    and a.addcmul_ as a.add_(b * c * v), each piece with the call's stack trace;
+    the torch here makes other pieces (prims.fma), so this builds 2.11's graph.
+    Joined, they compute as eager's addcdiv_ and addcmul_; pieces with their own
+    traces (a user's own ops) stay apart."""
+    from torch import fx
+
+    from compiler.dynamo_splits import rejoin_split_calls
+
+    def pieces(a, b, c):
+        x = a.clone()
+        x.add_(torch.mul(torch.div(b, c), -0.37))
+        x.add_(b * c * 0.29)
+        return x, torch.add(a, torch.mul(torch.div(b, c), 0.3))
+
+    torch.manual_seed(2)
+    a, b, c = rand((37,), torch.bfloat16), rand((37,), torch.bfloat16), rand((37,), torch.bfloat16, "pos")
+    gm = fx.symbolic_trace(pieces)
+    for k, n in enumerate(gm.graph.nodes):
+        n.meta["stack_trace"] = "the call's line" if one_call else f"line {k}"
+        n.meta["example_value"] = dict(a=a, b=b, c=c).get(n.name, torch.empty(37, dtype=torch.bfloat16))
+    rejoin_split_calls(gm)
+    calls = [n.target for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
+    whole = a.clone().addcdiv_(b, c, value=-0.37).addcmul_(b, c, value=0.29)
+    out = gm(a, b, c)
+    if one_call:
+        assert calls == ["clone", "addcdiv_", "addcmul_", torch.addcdiv], calls
+        assert torch.equal(out[0], whole) and torch.equal(out[1], torch.addcdiv(a, b, c, value=0.3))
+    else:
+        assert "addcdiv_" not in calls and torch.addcdiv not in calls, calls
+        assert torch.equal(out[0], pieces(a, b, c)[0])
+
+
 def test_an_optimizer_step_is_one_kernel(check_on_every_target, target):
     """p.addcdiv_(t1, t2, value=v) and p.add_(t, alpha=a tensor), an optimizer's
     steps, reach us as Dynamo's prims.fma (torch 2.13), which ATen ran beside
