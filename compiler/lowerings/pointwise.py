@@ -259,9 +259,10 @@ def fma(g, node, a, b, c):
 
 
 # addcmul, addcdiv and lerp as eager's one kernel computes them on each device
-# (measured bit for bit against eager on the CPU and an H200, float32 and 16-bit):
-# in the upcast dtype, rounded once, with the fma its compiler contracts to;
-# torch._decomp's a + v * t1 * t2 rounds each step, an ulp off in 1 of 4 float32s
+# (measured on the CPU and an H200, float32 and 16-bit: eager's bits, but for the
+# GPU's division, Triton's div.full): in the upcast dtype, rounded once, with the
+# fma its compiler contracts to; torch._decomp's a + v * t1 * t2 rounds each step,
+# an ulp off in 1 of 4 float32s
 @register(aten.addcmul)
 def addcmul(g, node, a, t1, t2, value=1):
     cuda = g.device.type == "cuda"
