@@ -48,7 +48,7 @@ def rejoin_split_calls(gm: fx.GraphModule) -> fx.GraphModule:
 def _split_call(node: fx.Node):
     """(node kind, target, (a, t1, t2), value, [the inner pieces]) of the call whose
     last piece `node` is, else None."""
-    if node.kwargs or node.op not in ("call_function", "call_method") or len(node.args) not in (2, 3):
+    if node.kwargs or node.op not in ("call_function", "call_method"):
         return None
     if str(node.target) == "prims.fma.default" and len(node.args) == 3:  # a.copy_(fma(t1 op t2, v, a))
         inner, value, a = node.args

@@ -126,7 +126,7 @@ def index_value(expr: sympy.Expr, dtype=torch.int64) -> Expr:
 def overflows(value, dtype: torch.dtype) -> bool:
     """Whether ATen refuses to convert a Python number to `dtype` (c10's overflows):
     a finite float beyond the type's range, an integer beyond the integer type's
-    (an unsigned one takes negatives down to -max, which wrap)."""
+    (an unsigned one takes integers down to -max, which wrap, but no negative float)."""
     if dtype == torch.bool or isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     if dtype.is_floating_point:
@@ -134,7 +134,7 @@ def overflows(value, dtype: torch.dtype) -> bool:
     if isinstance(value, float) and not math.isfinite(value):
         return True
     info = torch.iinfo(dtype)
-    low = -info.max if info.min == 0 else info.min
+    low = -info.max if info.min == 0 and isinstance(value, int) else info.min
     return not low <= value <= info.max
 
 

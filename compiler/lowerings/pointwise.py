@@ -265,18 +265,19 @@ def fma(g, node, a, b, c):
 # an ulp off in 1 of 4 float32s
 @register(aten.addcmul)
 def addcmul(g, node, a, t1, t2, value=1):
+    dtype = out_val(node).dtype
+    if dtype == torch.bool:
+        raise Unsupported("addcmul of bools")  # ATen raises
+    if not dtype.is_floating_point:
+        value = int(value)  # ATen converts it to the integer dtype, truncating: 1.7 multiplies by 1
     cuda = g.device.type == "cuda"
 
     def body(x, y, z):
         t = x.dtype
-        if not t.is_floating_point:
-            if isinstance(value, float):
-                raise Unsupported("addcmul of integers with a float value")  # ATen raises
-            return ir.op("add", x, ir.op("mul", ir.op("mul", ir.const(value, t), y, dtype=t), z, dtype=t), dtype=t)
         v = ir.const(value, t)
-        if cuda and value != 1:  # CUDA: fma(v, y * z, x), y * z rounded; the CPU: fma(v * y, z, x)
-            return ir.op("fma", v, ir.op("mul_rn", y, z, dtype=t), x, dtype=t)
-        return ir.op("fma", ir.op("mul", v, y, dtype=t), z, x, dtype=t)
+        if cuda and value != 1 and t.is_floating_point:  # CUDA: fma(v, y * z, x), y * z rounded
+            return _multiply_add(v, ir.op("mul_rn", y, z, dtype=t), x)
+        return _multiply_add(ir.op("mul", v, y, dtype=t), z, x)  # the CPU (and CUDA's v = 1): fma(v * y, z, x)
 
     return make_pointwise(g, node, body, [a, t1, t2])
 

@@ -445,6 +445,22 @@ def test_an_index_out_of_range_asserts_on_the_gpu():
     assert "index out of range in a pytest-fusion kernel" in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.int64], ids=dtype_id)
+def test_an_integer_addcmul_truncates_its_value_as_aten(check_compiled, dtype):
+    """ATen converts addcmul's value to the integer dtype, truncating (1.7 multiplies
+    by 1, -2.5 by -2), and wraps as the dtype does; a bool addcmul it refuses, and
+    so does the compiled call (ATen runs it)."""
+    torch.manual_seed(8)
+    a, b, c = rand((103,), dtype), rand((103,), dtype), rand((103,), dtype)
+    cap = check_compiled(lambda a, b, c: (torch.addcmul(a, b, c, value=1.7), torch.addcmul(a, b, c, value=-2.5),
+                                          torch.addcmul(a, b, c, value=3)), a, b, c,
+                         names=["value=1.7", "value=-2.5", "value=3"])
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    flags = rand((103,), torch.bool)
+    with pytest.raises(RuntimeError, match="not implemented for 'Bool'"):
+        torch.compile(lambda x: torch.addcmul(x, x, x), backend="fusion")(flags)
+
+
 def _interpreter_fma_rounds_once() -> bool:
     """Whether Triton's interpreter computes tl.fma rounding once (newer Tritons;
     3.6's multiplies, then adds)."""
@@ -530,8 +546,8 @@ def test_torch_2_11s_pieces_of_addcdiv_and_addcmul_are_joined(one_call):
 
 def test_an_optimizer_step_is_one_kernel(check_on_every_target, target):
     """p.addcdiv_(t1, t2, value=v) and p.add_(t, alpha=a tensor), an optimizer's
-    steps, reach us as Dynamo's prims.fma (torch 2.13), which ATen ran beside
-    three kernels; now one kernel. add with a Python alpha is an fma too, as
+    steps, reach us as Dynamo's prims.fma (torch 2.13; the first is joined into
+    addcdiv again), which ATen ran beside three kernels; now one kernel. add with a Python alpha is an fma too, as
     ATen's vectorized add is: alpha * y rounded first was an ulp off in 1 of 5."""
     torch.manual_seed(6)
     p, t1, t2 = rand((1003,), torch.float32), rand((1003,), torch.float32), rand((1003,), torch.float32, "pos")
@@ -578,7 +594,7 @@ def test_integer_arithmetic_wraps_around_as_atens(check_compiled, dtype, target,
 @pytest.mark.parametrize("case", ["bf16 masked_fill(float32 lowest)", "fp16 masked_fill(-1e5)", "fp16 full_like(70000)",
                                   "int8 masked_fill(300)", "int8 fill_(-129)", "int8 clamp(-5, 300)",
                                   "uint8 clamp_min(-256)", "fp16 clamp(-1e6, 1e6)", "int8 hardtanh(-300, 5)",
-                                  "int8 threshold(300, 5)", "int8 ** 300", "int8 addcmul(value=300)",
+                                  "int8 threshold(300, 5)", "int8 ** 300", "int8 addcmul(value=300)", "uint8 addcmul(value=-2.5)",
                                   "int8 scatter(value=300)", "int8 add(alpha=300)", "fp16 hardshrink(1e5)",
                                   "fp16 Tensor.hardshrink(1e5)"])
 def test_a_scalar_its_dtype_cannot_hold_raises_as_in_eager(case):
@@ -601,6 +617,7 @@ def test_a_scalar_its_dtype_cannot_hold_raises_as_in_eager(case):
         "int8 threshold(300, 5)": (lambda x, m: F.threshold(x * 2, 300, 5), (x * 10).to(torch.int8)),
         "int8 ** 300": (lambda x, m: (x * 2) ** 300, (x * 10).to(torch.int8)),
         "int8 addcmul(value=300)": (lambda x, m: torch.addcmul(x, x, x * 2, value=300), (x * 10).to(torch.int8)),
+        "uint8 addcmul(value=-2.5)": (lambda x, m: torch.addcmul(x, x, x * 2, value=-2.5), (x * 10).to(torch.uint8)),
         "int8 scatter(value=300)": (lambda x, m: (x * 2).scatter(0, torch.tensor([[1]]), 300), (x * 10).to(torch.int8)),
         "int8 add(alpha=300)": (lambda x, m: torch.add(x, x * 2, alpha=300), (x * 10).to(torch.int8)),
         # AOTAutograd decomposes hardshrink before any table of ours: Dynamo's graph runs uncompiled
