@@ -692,7 +692,7 @@ def environment(device, bw) -> dict:
     import platform
 
     env = {"command": " ".join([sys.executable] + sys.argv), "python": platform.python_version(),
-           "torch": torch.__version__, "device": str(device)}
+           "torch": torch.__version__, "device": str(device), "fast_math": compiler.config.fast_math}
     try:
         import triton
 

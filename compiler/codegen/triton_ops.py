@@ -9,6 +9,7 @@ import re
 import sympy
 import torch
 
+from ..config import config
 from ..index import FloorDiv, ModularIndexing
 from .common import INFIX_OPS
 
@@ -86,8 +87,11 @@ LIBDEVICE_UNARY = {
 }
 TL_UNARY = {"exp": "tl.exp", "log": "tl.log", "log2": "tl.log2", "sin": "tl.sin", "cos": "tl.cos",
             "floor": "tl.floor", "ceil": "tl.ceil", "erf": "tl.erf", "abs": "tl.abs"}
-# ops of float32 with a helper of our own (see HELPERS) in place of libdevice's
-FP32_HELPERS = {"erf": "_erf", "rsqrt": "_rsqrt"}
+# ops of float32 with a helper of our own (see HELPERS) in place of Triton's or libdevice's
+FP32_HELPERS = {"erf": "_erf", "rsqrt": "_rsqrt", "exp": "_expf", "reciprocal": "_rcp_rn"}
+# of them, those whose helper computes eager's bits where Triton's own form is within
+# 2 ulp: config.fast_math keeps Triton's
+EAGER_MATH = {"exp", "reciprocal"}
 LIBDEVICE_BINARY = {"atan2", "hypot", "copysign", "nextafter"}
 # nextafter as one step in the bits (_nextafter's KIND): libdevice's flushes a
 # float32 subnormal in a GPU kernel (nextafter(0, 1) came out 2^-126)
@@ -95,8 +99,8 @@ NEXTAFTER_BITS = {"nextafter": 0, "nextafter_bf16": 1, "nextafter_fp16": 2}
 
 
 def takes_tensors_only(code: str) -> bool:
-    """Whether code calls libdevice (itself or in a helper), tl.sqrt_rn or a helper of FP32_HELPERS, which take no Python scalars."""
-    return ("libdevice." in code or "tl.sqrt_rn(" in code or "_philox(" in code or "_float_remainder(" in code
+    """Whether code calls libdevice (itself or in a helper), tl.sqrt_rn, tl.div_rn or a helper of FP32_HELPERS, which take no Python scalars."""
+    return ("libdevice." in code or "tl.sqrt_rn(" in code or "tl.div_rn(" in code or "_philox(" in code or "_float_remainder(" in code
             or any(f"{h}(" in code for h in FP32_HELPERS.values()))
 
 
@@ -112,7 +116,7 @@ def unary(op: str, a: str, t: torch.dtype) -> str:
         inner = {"neg": f"-{w}", "abs": f"tl.where({w} < 0, -{w}, {w})",
                  "bitwise_not": f"{a} ^ 255" if t == torch.uint8 else f"~{a}"}[op]
         return f"({inner}).to({TL_DTYPE[t]})" if small else inner
-    if op in FP32_HELPERS and t == torch.float32:
+    if op in FP32_HELPERS and t == torch.float32 and not (op in EAGER_MATH and config.fast_math):
         return f"{FP32_HELPERS[op]}({a})"
     if op in TL_UNARY and (fp or op == "abs"):
         return f"{TL_UNARY[op]}({a})"
@@ -151,7 +155,8 @@ def binary(op: str, a: str, b: str, t: torch.dtype, cuda: bool = False) -> str:
     if op in INFIX_OPS:
         return f"{a} {INFIX_OPS[op]} {b}"
     if op == "truediv":
-        return f"{a} / {b}"
+        # correctly rounded, as eager's CUDA kernels divide: Triton's float32 `/` is div.full (2 ulp)
+        return f"tl.div_rn({a}, {b})" if cuda and t == torch.float32 and not config.fast_math else f"{a} / {b}"
     if op == "mul_rn":  # a product rounded before it is added, which FP fusion must not contract into an FMA
         return f"libdevice.mul_rn({a}, {b})" if cuda and t in (torch.float32, torch.float64) else f"{a} * {b}"
     if op == "logical_and":
@@ -351,6 +356,14 @@ def _exp_ftz(x):
                                      dtype=tl.float32, is_pure=True, pack=1)
 """,
     # the interpreter's forms of the GPU_HELPERS below
+    "_expf": """@triton.jit
+def _expf(x):
+    return tl.exp(x)
+""",
+    "_rcp_rn": """@triton.jit
+def _rcp_rn(x):
+    return 1.0 / x
+""",
     "_ex2": """@triton.jit
 def _ex2(x):
     return tl.exp2(x)
@@ -508,6 +521,26 @@ def _int_fmod(a, b):
     "_ex2": """@triton.jit
 def _ex2(x):
     return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
+""",
+    # eager's expf, libdevice's __nv_expf (as PTX; linking libdevice doubles a kernel's
+    # compile time): a scale 2^j chosen from x, x * log2(e) - j in two FMAs, ex2.approx
+    # of that, times the scale. tl.exp (ex2.approx of a rounded x * log2(e)) differed
+    # from eager's in 28% of float32 results (H200, randn)
+    "_expf": """@triton.jit
+def _expf(x):
+    return tl.inline_asm_elementwise(
+        "{ .reg .f32 t, j, f, e; .reg .b32 s; "
+        "fma.rn.f32 t, $1, 0f3BBB989D, 0f3F000000; cvt.sat.f32.f32 t, t; "
+        "fma.rm.f32 j, t, 0f437C0000, 0f4B400001; add.f32 f, j, 0fCB40007F; neg.f32 f, f; "
+        "fma.rn.f32 f, $1, 0f3FB8AA3B, f; fma.rn.f32 f, $1, 0f32A57060, f; ex2.approx.ftz.f32 e, f; "
+        "mov.b32 s, j; shl.b32 s, s, 23; mov.b32 j, s; mul.f32 $0, e, j; }",
+        "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
+""",
+    # 1 / x correctly rounded, as eager divides: the same bits as tl.div_rn(1, x), at
+    # fewer instructions (rcp.rn.f32)
+    "_rcp_rn": """@triton.jit
+def _rcp_rn(x):
+    return tl.inline_asm_elementwise("rcp.rn.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
 """,
     # eager's rsqrtf (which keeps subnormals, where libdevice's as Triton links it flushes them)
     "_rsqrt": """@triton.jit

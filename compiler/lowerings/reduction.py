@@ -392,6 +392,10 @@ def _var_mean(g, node, x, dims, correction, val):
     else:  # x - mean as a normalization computes it next: one value in registers for both
         sq = pointwise(lambda a, m: (lambda e: op("mul", e, e))(op("sub", a, m)), [x, mean], size=x.size)
         m2 = reduce(g, node, sq, dims, "sum", out_dtype=cdt, out_size=keep)
-    variance = pointwise(lambda m: op("truediv", m, denom), [m2], dtype=val.dtype)
-    mean = pointwise(lambda m: m, [mean], dtype=val.dtype)  # in the op's dtype
+    variance = pointwise(lambda m: op("truediv", m, denom), [m2])
+    if n > ONE_PASS_MIN_ROW:  # a buffer too, or a kernel after the sums divides them again for every element
+        # (H200, group_norm over 8 groups of [32, 256, 56, 56], divided correctly rounded: 94.2 -> 83.4 us)
+        variance = g.realize(variance)
+    variance = pointwise(lambda v: v, [variance], dtype=val.dtype)  # in the op's dtype
+    mean = pointwise(lambda m: m, [mean], dtype=val.dtype)
     return reshape_value(variance, val.shape), reshape_value(mean, val.shape)  # keepdim or not

@@ -479,8 +479,7 @@ def test_addcmul_addcdiv_and_lerp_are_eagers_bit_for_bit(check_compiled, target,
     torch._decomp's a + v * b * c rounded each step: 1 in 4 float32s an ulp off.
     Dynamo's pieces of addcdiv(value=), addcdiv_ and addcmul_ (div, mul, add, add_;
     prims.fma) are one call again; ops a user writes apart still round one by one,
-    as in eager. Triton's float32 division on a GPU is div.full, within 2 ulp (as
-    TorchInductor's), and its FP fusion contracts a user's separate mul and add."""
+    as in eager. Triton's FP fusion contracts a user's separate mul and add on a GPU."""
     torch.manual_seed(5)
     a, b, c = rand((1003,), dtype), rand((1003,), dtype), rand((1003,), dtype, "pos")
     w = (torch.rand(1003, dtype=torch.float64) * 1.4 - 0.2).to(dtype)  # both of lerp's formulas
@@ -504,8 +503,29 @@ def test_addcmul_addcdiv_and_lerp_are_eagers_bit_for_bit(check_compiled, target,
         "addcmul", "addcmul(value=0.37)", "addcmul(value=-1)", "addcmul_(value=0.29)", "lerp(0.3)", "lerp(0.7)",
         "lerp(w)"])
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
-    cap = check_compiled(divides, a, b, c, tol=ulps if target == "cuda" else exact, names=[
-        "addcdiv", "addcdiv(value=0.37)", "addcdiv_(value=-0.37)", "a + div(b, c) * 0.37"])
+    cap = check_compiled(divides, a, b, c, tol=exact, names=["addcdiv", "addcdiv(value=0.37)", "addcdiv_(value=-0.37)"])
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+    check_compiled(lambda a, b, c: a + torch.div(b, c) * 0.37, a, b, c, tol=ulps if target == "cuda" else exact)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=dtype_id)
+def test_division_is_eagers_bit_for_bit(check_compiled, target, dtype):
+    """A division rounds as eager's: correctly (IEEE) on either device, where
+    Triton's float32 `/` is div.full (2 ulp); by a Python number on a GPU, eager's
+    CUDA kernel multiplies by the number's reciprocal, so ours does too (a third
+    of float32 quotients differ from a division); an int tensor divides in float32."""
+    torch.manual_seed(6)
+    x, y = rand((1003,), dtype), rand((1003,), dtype, "pos")
+    ints, divisors = torch.randint(-50, 50, (1003,)), torch.randint(1, 9, (1003,))
+
+    def divides(x, y, ints, divisors):
+        inplace = x.clone()
+        inplace.div_(7.1)
+        return (x / y, x / 3.0, x / 0.37, inplace, 2.5 / y, torch.reciprocal(y), torch.true_divide(x, 3),
+                ints / 3.0, ints / divisors)
+
+    cap = check_compiled(divides, x, y, ints, divisors, tol=dict(rtol=0, atol=0), names=[
+        "x / y", "x / 3.0", "x / 0.37", "div_(7.1)", "2.5 / y", "reciprocal", "true_divide(x, 3)", "int / 3.0", "int / int"])
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
 
 

@@ -211,6 +211,29 @@ def test_erf_gives_eagers_bits(device):
         assert (same | (ulps <= 2)).all(), x[~(same | (ulps <= 2))][:8].tolist()
 
 
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device: eager's GPU math is the reference")
+@pytest.mark.parametrize("op", ["exp", "division", "reciprocal"])
+def test_exp_and_division_give_eagers_bits_on_a_gpu(op):
+    """On a GPU, float32 exp is eager's expf and a division (a reciprocal too) is
+    correctly rounded, for floats spread over every bit pattern: Triton's own forms
+    (ex2.approx of a rounded x * log2(e); div.full) put 28% and 27% of randn results
+    an ulp or two off (H200). config.fast_math renders Triton's forms again."""
+    x = _float_patterns("cuda", 257)
+    y = x.roll(12345)
+    fns = {"exp": lambda x, y: torch.exp(x), "division": lambda x, y: x / y, "reciprocal": lambda x, y: torch.reciprocal(x)}
+    compiled = torch.compile(fns[op], backend="fusion")
+    with compiler.capture() as cap:
+        out = compiled(x, y)
+    ref = fns[op](x, y)
+    same = (out.view(torch.int32) == ref.view(torch.int32)) | (out.isnan() & ref.isnan())
+    assert same.all(), list(zip(x[~same][:4].tolist(), out[~same][:4].tolist(), ref[~same][:4].tolist()))
+    assert "libdevice." not in cap.kernels[0].source
+    torch._dynamo.reset()
+    with compiler.config.patch(fast_math=True), compiler.capture() as fast:
+        torch.compile(fns[op], backend="fusion")(x, y)
+    assert not re.search(r"_expf\(|_rcp_rn\(|tl\.div_rn\(", fast.kernels[0].source), fast.kernels[0].source
+
+
 @pytest.mark.parametrize("op", ["sqrt", "rsqrt"])
 @pytest.mark.parametrize("device", DEVICES)
 def test_sqrt_and_rsqrt_give_eagers_bits(device, op):
@@ -230,14 +253,16 @@ def test_sqrt_and_rsqrt_give_eagers_bits(device, op):
 
 
 @pytest.mark.parametrize("op, instruction", [("sqrt", "sqrt.rn.f32"), ("rsqrt", "rsqrt.approx.f32"),
-                                             ("erf", "ex2.approx.ftz.f32")])
+                                             ("erf", "ex2.approx.ftz.f32"), ("exp", "fma.rm.f32"),
+                                             ("reciprocal", "rcp.rn.f32"), ("truediv", "div.rn.f32")])
 def test_gpu_math_links_no_libdevice(op, instruction):
-    """The CUDA forms of sqrt, rsqrt and erf (GPU_HELPERS), compiled for sm_90:
-    the instruction libdevice's function would run, and libdevice not linked."""
+    """The CUDA forms of sqrt, rsqrt, erf, exp and reciprocal (GPU_HELPERS) and of a
+    division, compiled for sm_90: the instruction libdevice's function (or eager's
+    IEEE division) would run, and libdevice not linked."""
     require_compiler_for_h100()
-    from compiler.codegen.triton_ops import HELPERS, helper_sources, unary
+    from compiler.codegen.triton_ops import HELPERS, binary, helper_sources, unary
 
-    code = unary(op, "tmp0", torch.float32)
+    code = binary(op, "tmp0", "(tmp0 + 3.0)", torch.float32, cuda=True) if op == "truediv" else unary(op, "tmp0", torch.float32)
     meta = dict(kind="pointwise", xnumel=1024, configs=[dict(XBLOCK=1024, num_warps=4, num_stages=1, grid=1)],
                 args=[dict(name=n, dtype="float32", extent=1024, check_align=True) for n in ("in_ptr0", "out_ptr0")],
                 workspace=[], fp_fusion=True)
@@ -999,6 +1024,20 @@ def test_group_norm_statistics_take_one_split_pass(device):
     assert len([k for k in cap.kernels if k.kind == "reduction"]) == 1
     if device == "cuda":  # 128 rows cannot fill the GPU: several programs per row
         assert "atomic_add" in cap.kernels[0].source
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_normalization_after_split_statistics_reads_the_variance(device):
+    """Where the statistics' sums are a kernel of their own (8 groups of [4, 256,
+    56, 56]), the variance is a buffer beside the mean: the normalization reads it
+    for each element, where it divided the sums again (H200, [32, 256, 56, 56],
+    divisions correctly rounded: 94.2 -> 83.4 us)."""
+    norm = nn.GroupNorm(8, 256).to(device).eval()
+    with torch.no_grad():
+        cap = check(norm, rand(4, 256, 56, 56, device=device) * 3 + 100)
+    after = [k for k in cap.kernels if k.kind == "pointwise"]
+    assert after, [k.name for k in cap.kernels]
+    assert not any(re.search(r" / |div_rn\(", k.source) for k in after), after[0].source
 
 
 @pytest.mark.parametrize("device", DEVICES)
