@@ -10,7 +10,7 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
-from . import ir
+from .aten_refusals import refused_by_aten
 from .compile_fx import compile_graph, has_symbolic_sizes, run_uncompiled
 from .config import config
 from .decompositions import decomposition_table
@@ -72,11 +72,11 @@ def fusion_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
 
 def _compiled(gm: torch.fx.GraphModule, args):
     """The graph through AOTAutograd and our compiler; as it is where ATen would
-    raise (_refused_by_aten) or where a shape or a size depends on the data
+    raise (aten_refusals) or where a shape or a size depends on the data
     (narrow at a tensor's value, a boolean mask's index_put backward and its
     nonzero), which fake tensors cannot trace, for us or TorchInductor: Dynamo
     then ran it eagerly, with a traceback in the log and no record to say why."""
-    refused = _refused_by_aten(gm)
+    refused = refused_by_aten(gm)
     if refused:
         return _uncompiled(gm, args, f"runs uncompiled, where ATen raises: {refused}")
     try:
@@ -84,21 +84,6 @@ def _compiled(gm: torch.fx.GraphModule, args):
     except (DataDependentOutputException, DynamicOutputShapeException) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         return _uncompiled(gm, args, f"runs uncompiled: a shape or a size in it depends on the data ({type(e).__name__}: {first})")
-
-
-def _refused_by_aten(gm: torch.fx.GraphModule) -> str | None:
-    """A call in Dynamo's graph that ATen refuses but that AOTAutograd would compute:
-    hardshrink with a lambda its input's dtype cannot hold (eager raises "value
-    cannot be converted"; torch._refs' decomposition, applied at the Autograd key
-    before any table of ours, gave zeros). Run uncompiled, it raises as eager does."""
-    for n in gm.graph.nodes:
-        if (n.op, n.target) not in (("call_function", torch.hardshrink), ("call_method", "hardshrink")):
-            continue
-        x = n.args[0].meta.get("example_value") if isinstance(n.args[0], torch.fx.Node) else None
-        lambd = n.args[1] if len(n.args) > 1 else n.kwargs.get("lambd", 0.5)
-        if isinstance(x, torch.Tensor) and ir.overflows(lambd, x.dtype):
-            return f"hardshrink's lambda {lambd} overflows {x.dtype}"
-    return None
 
 
 def _aot():

@@ -650,6 +650,60 @@ def test_a_scalar_its_dtype_cannot_hold_raises_as_in_eager(case):
         torch.compile(fn, backend="fusion")(arg, m)
 
 
+@pytest.mark.parametrize("case", ["a[1:].add_(a[:-1])", "a[1:] += a[:-1]", "views' copy_", "expand(4).mul_(2)",
+                                  "a[1:] = a[:-1]", "a[1:].copy_(a[:-1] * 2)"])
+def test_an_in_place_write_over_its_own_input_raises_as_in_eager(case, fresh_dynamo):
+    """ATen refuses an elementwise in-place call whose written-to tensor overlaps
+    itself or, in part, an input ("unsupported operation: ... refer to a single
+    memory location"); compiled, the functional graph read the inputs' old values
+    and returned a result (TorchInductor's too). The graph runs uncompiled now,
+    and raises. Full overlap (a.add_(a)), disjoint views, a computed input and a
+    broadcast one (which ATen cannot tell) compile."""
+    fn, make = {
+        "a[1:].add_(a[:-1])": (lambda a: a[1:].add_(a[:-1]), lambda: (rand((9,), torch.float32),)),
+        "a[1:] += a[:-1]": (_iadd_shifted, lambda: (rand((9,), torch.float32),)),
+        "views' copy_": (lambda a, b: a.copy_(b), lambda: (lambda t: (t[1:], t[:-1]))(rand((9,), torch.float32))),
+        "expand(4).mul_(2)": (lambda a: a.mul_(2), lambda: (rand((1,), torch.float32).expand(4),)),
+        "a[1:] = a[:-1]": (_assign_shifted, lambda: (rand((9,), torch.float32),)),
+        "a[1:].copy_(a[:-1] * 2)": (lambda a: a[1:].copy_(a[:-1] * 2), lambda: (rand((9,), torch.float32),)),
+    }[case]
+    if case == "a[1:].copy_(a[:-1] * 2)":  # a new tensor: no overlap, compiled
+        args = make()
+        expected = fn(*[a.clone() for a in args])
+        torch.testing.assert_close(torch.compile(fn, backend="fusion")(*args), expected, rtol=0, atol=0)
+        return
+    with pytest.raises(RuntimeError, match="to a single memory location") as eager:
+        fn(*make())
+    with pytest.warns(UserWarning, match="runs uncompiled, where ATen raises"), \
+            pytest.raises(RuntimeError, match="to a single memory location") as compiled:
+        torch.compile(fn, backend="fusion")(*make())
+    assert str(compiled.value).splitlines()[0] == str(eager.value).splitlines()[0]
+
+
+def test_in_place_writes_over_an_input_that_aten_allows_compile(check_compiled):
+    def f(a, b):
+        a.add_(a)
+        a[:4].mul_(a[5:])  # disjoint views of one tensor
+        a.sub_(b)  # b broadcast
+        a[5:] = a[:4] * 2  # a new tensor
+        a[:, None][2:4] = b
+        return a
+
+    base = rand((9,), torch.float32)
+    check_compiled(f, base, rand((1,), torch.float32))
+
+
+def _iadd_shifted(a):
+    b = a[1:]
+    b += a[:-1]
+    return a
+
+
+def _assign_shifted(a):
+    a[1:] = a[:-1]
+    return a
+
+
 def test_scalars_at_the_edge_of_a_dtype_compile(check_compiled):
     """inf, a dtype's own lowest and an unsigned type's negatives (which wrap) fill
     and clamp; float bounds clamp an int8 in float32."""
