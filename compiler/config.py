@@ -51,6 +51,11 @@ class Config:
     # write each graph's generated wrapper and kernels here (besides the cache)
     debug_dir: str | None = dataclasses.field(default_factory=lambda: os.environ.get("FUSION_DEBUG_DIR"))
 
+    def report_settings(self) -> dict:
+        """The options that change what a compiled function computes or how fast it
+        runs (not where files go or how many processes compile), for a report."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("cache_dir", "debug_dir", "compile_workers")}
+
     def target_for(self, device) -> str:
         """The codegen that renders kernels for `device`: "triton" for CUDA tensors, else cpu_target."""
         return "triton" if device.type == "cuda" else self.cpu_target

@@ -130,6 +130,13 @@ def _broke(old_outcome: str, new_outcome: str) -> bool:
     return new_outcome in bad and old_outcome not in bad
 
 
+def _changed_settings(old: dict, new: dict) -> str:
+    """The compiler settings (options.compiler) that differ between two reports,
+    as "fast_math False -> True"; reports from before they were recorded have none."""
+    a, b = (d.get("options", {}).get("compiler") or {} for d in (old, new))
+    return ", ".join(f"{k} {a[k]} -> {b[k]}" for k in sorted(a.keys() & b.keys()) if a[k] != b[k])
+
+
 def compare(old: dict, new: dict, limits: list[Limit]) -> Comparison:
     """Every limited metric of every test in both reports; unlimited metrics that
     changed come along as "info" rows."""
@@ -140,6 +147,9 @@ def compare(old: dict, new: dict, limits: list[Limit]) -> Comparison:
     if old["machine"]["device_class"] != new["machine"]["device_class"]:
         notes.append(f"the reports come from different devices ({old['machine']['device_class']} and "
                      f"{new['machine']['device_class']}): tests are matched per device class")
+    settings = _changed_settings(old, new)
+    if settings:
+        notes.append(f"the reports' compiler settings differ ({settings}): the figures may differ for that")
     for key in [k for k in b if k in a]:
         nodeid = key[0] if len({k[1] for k in b}) == 1 else f"{key[0]} [{key[1]}]"
         was, now = a[key]["outcome"], b[key]["outcome"]

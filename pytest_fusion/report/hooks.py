@@ -8,6 +8,8 @@ import os
 
 import pytest
 
+from compiler.config import config as compiler_config
+
 from .. import settings
 from ..machine import machine_info, resolve_device
 from . import schema
@@ -149,6 +151,7 @@ class ReportWriter:
         tests = self._tests()
         options = dataclasses.asdict(settings.from_config(self.config))
         options.update({k: _setting(self.config, f"fusion_{k}") for k in ("report_path", "json", "trace_dir")})
+        options["compiler"] = compiler_config.report_settings()  # FUSION_FAST_MATH=1, FUSION_ENABLE=0, ...
         doc = schema.document(tests, machine_info(_device(self.config, tests)), options,
                               schema.git_commit(self.config.rootpath))
         try:

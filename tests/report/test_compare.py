@@ -71,6 +71,21 @@ def test_bad_spec_and_bad_file_are_usage_errors(tmp_path, capsys, run, make_test
         parse_fail("bytes:lots")
 
 
+def test_reports_compiled_with_other_settings_say_so(tmp_path, capsys, make_doc, make_test):
+    """A report records the compiler's settings; compare names those that differ
+    (a run with FUSION_FAST_MATH=1 against one without), and gates as before."""
+    old, new = make_doc([make_test("t.py::a")]), make_doc([make_test("t.py::a")])
+    old["options"]["compiler"] = {"fusion": True, "fast_math": False, "pdl": True}
+    new["options"]["compiler"] = {"fusion": True, "fast_math": True, "pdl": True}
+    schema.dump(old, tmp_path / "old.json")
+    schema.dump(new, tmp_path / "new.json")
+    assert main(["compare", str(tmp_path / "old.json"), str(tmp_path / "new.json"), SPEC]) == 0
+    out = capsys.readouterr().out
+    assert "note: the reports' compiler settings differ (fast_math False -> True)" in out
+    assert main(["compare", str(tmp_path / "old.json"), str(tmp_path / "old.json"), SPEC]) == 0
+    assert "compiler settings" not in capsys.readouterr().out
+
+
 def test_compare_real_reports(tmp_path, tiny_doc):
     """Two real runs' reports: the second made one kernel more in one test."""
     schema.dump(tiny_doc, tmp_path / "old.json")

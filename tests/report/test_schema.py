@@ -13,6 +13,10 @@ def test_real_report_follows_the_schema(tiny_run):
     assert doc["schema_version"] == schema.SCHEMA_VERSION
     assert doc["machine"]["device_class"] == "cpu"
     assert doc["options"]["rounds"] == 3 and doc["options"]["json"] == "out/fusion.json"
+    # the compiler's settings that change results (FUSION_FAST_MATH, FUSION_ENABLE, ...), not its paths
+    settings = doc["options"]["compiler"]
+    assert {"fusion", "fast_math", "cuda_graphs", "pdl", "index_checks", "cpu_target"} <= settings.keys()
+    assert isinstance(settings["fast_math"], bool) and "cache_dir" not in settings
     # plain tests (no fusion fixture or marker) are not in the report
     assert sorted(t["nodeid"] for t in doc["tests"]) == sorted([tiny_run["failing"], tiny_run["passing"]])
     failing = next(t for t in doc["tests"] if t["nodeid"] == tiny_run["failing"])
