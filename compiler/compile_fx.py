@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 import torch.fx
+from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from . import ir
 from .codegen import common
@@ -212,11 +213,15 @@ def run_uncompiled(gm: torch.fx.GraphModule, example_inputs, kind: str, note: st
         aten_nodes=n_aten, compile_time_s=time.perf_counter() - start, wrapper_source="", note=note,
     )
     publish(record)
+    # its generated forward, called as Dynamo's eager backend calls it: through
+    # GraphModule.__call__ (and a lazy module's first forward) an error eager raises
+    # also printed the graph's code to stderr and lost its traceback
+    _LazyGraphModule.force_recompile(gm)
 
     def call(args):
         a = list(args)
         args.clear()
-        out = gm(*a)
+        out = gm.forward(*a)
         return out if isinstance(out, (tuple, list)) else (out,)
 
     return observed(call, record)
