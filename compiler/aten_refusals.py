@@ -6,13 +6,9 @@ import contextlib
 import operator
 
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
 
-try:  # torch 2.13's name
-    from torch._prims_common import is_non_overlapping_and_dense_or_false as _dense
-except ImportError:
-    from torch._prims_common import is_non_overlapping_and_dense as _dense
-
+from .graph import share_memory
+from .index import is_dense
 from .ir import overflows
 
 # `a += b` and the like on tensors, as Dynamo records them
@@ -95,9 +91,9 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> str:
         return "full"
     if a.numel() == 0 or b.numel() == 0:
         return "no"
-    if not (_dense(a) and _dense(b)):
+    if not (is_dense(a.shape, a.stride()) and is_dense(b.shape, b.stride())):
         return "too hard"
-    if StorageWeakRef(a.untyped_storage()) != StorageWeakRef(b.untyped_storage()):
+    if not share_memory(a, b):
         return "no"
     a0, b0 = a.storage_offset() * a.itemsize, b.storage_offset() * b.itemsize
     a1, b1 = a0 + a.numel() * a.itemsize, b0 + b.numel() * b.itemsize

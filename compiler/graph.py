@@ -294,7 +294,7 @@ class GraphLowering:
         if not isinstance(v, View) or isinstance(v.buffer, ir.InputBuffer):
             return v
         first = holders.setdefault(v.buffer.name, node)
-        if first is node or _share_memory(first.meta.get("val"), node.meta.get("val")):
+        if first is node or share_memory(first.meta.get("val"), node.meta.get("val")):
             return v
         val = node.meta.get("val")
         return self.realize(Lazy(v.size, v.dtype, v.load, v.origins), tuple(val.stride()) if _dense(val) else None)
@@ -334,7 +334,7 @@ class GraphLowering:
         return "\n".join(ir.describe_buffer(b) for b in self.buffers)
 
 
-def _share_memory(a, b) -> bool:
+def share_memory(a, b) -> bool:
     """Whether two traced (fake) tensors share memory in eager: a view of the other, or one tensor."""
     from torch.multiprocessing.reductions import StorageWeakRef
 

@@ -72,6 +72,7 @@ def compile_and_compare(fn, *args, names=None, tol=None) -> compiler.Capture:
     ref = flat(fn(*theirs))
     assert len(out) == len(ref)
     names = list(names) if names is not None else [f"output {k}" for k in range(len(ref))]
+    assert len(names) == len(ref), f"{len(names)} names for {len(ref)} outputs: the rest would go unchecked"
     bad = mismatches(out, ref, names, tol)
     bad += mismatches(mine, theirs, [f"input {k} after the call" for k in range(len(args))], tol)
     assert not bad, f"{len(bad)} of {len(ref)} outputs differ from eager:\n" + "\n".join(bad)

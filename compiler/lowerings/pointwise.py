@@ -187,7 +187,7 @@ def rsub(g, node, a, b, *, alpha=1):
 @register(aten.div)
 def div(g, node, a, b, *, rounding_mode=None):
     out = out_val(node).dtype
-    if rounding_mode is None and _divides_by_a_cuda_scalar(g, node, b):
+    if rounding_mode is None and _divides_by_a_cuda_scalar(g, node, b, out):
         return make_pointwise(g, node, _op("mul"), [a, _cuda_reciprocal(b, out)])
     if rounding_mode is None:
         return make_pointwise(g, node, _op("truediv"), [a, b])
@@ -199,13 +199,13 @@ def div(g, node, a, b, *, rounding_mode=None):
     return make_pointwise(g, node, _op("floordiv" if rounding_mode == "floor" else "truncdiv"), [a, b])
 
 
-def _divides_by_a_cuda_scalar(g, node, b) -> bool:
+def _divides_by_a_cuda_scalar(g, node, b, out: torch.dtype) -> bool:
     """Whether this is eager's own div (not a step of an op decomposed) of floats on a
     GPU by a Python number: ATen's CUDA kernel then multiplies by the number's
     reciprocal (BinaryDivTrueKernel.cu), a third of float32 quotients an ulp off a division."""
     eagers = getattr(node.meta.get("original_aten", node.target), "overloadpacket", None)
     return (g.device.type == "cuda" and eagers in (aten.div, aten.div_, aten.true_divide, aten.true_divide_)
-            and isinstance(b, (int, float)) and out_val(node).dtype.is_floating_point)
+            and isinstance(b, (int, float)) and out.is_floating_point)
 
 
 def _cuda_reciprocal(b, dtype: torch.dtype) -> float:
@@ -276,10 +276,10 @@ def fma(g, node, a, b, c):
 
 
 # addcmul, addcdiv and lerp as eager's one kernel computes them on each device
-# (measured on the CPU and an H200, float32 and 16-bit: eager's bits, but for the
-# GPU's division, Triton's div.full): in the upcast dtype, rounded once, with the
-# fma its compiler contracts to; torch._decomp's a + v * t1 * t2 rounds each step,
-# an ulp off in 1 of 4 float32s
+# (measured on the CPU and an H200, float32 and 16-bit: eager's bits; with
+# config.fast_math the GPU's division is div.full): in the upcast dtype, rounded
+# once, with the fma its compiler contracts to; torch._decomp's a + v * t1 * t2
+# rounds each step, an ulp off in 1 of 4 float32s
 @register(aten.addcmul)
 def addcmul(g, node, a, t1, t2, value=1):
     dtype = out_val(node).dtype
@@ -309,7 +309,7 @@ def addcdiv(g, node, a, t1, t2, value=1):
         t = x.dtype
         v = ir.const(value, t)
         if cuda:  # fma(v, y / z, x); the CPU: x + (v * y) / z
-            return ir.op("fma", v, ir.op("truediv", y, z, dtype=t), x, dtype=t)
+            return _multiply_add(v, ir.op("truediv", y, z, dtype=t), x)
         return ir.op("add", x, ir.op("truediv", ir.op("mul", v, y, dtype=t), z, dtype=t), dtype=t)
 
     return make_pointwise(g, node, body, [a, t1, t2])
