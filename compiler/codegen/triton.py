@@ -44,7 +44,8 @@ SHIFTED_MULTIPASS_MAX_RBLOCK = 4096
 DEPENDENT_LAUNCH_WAIT = "    tl.extra.cuda.gdc_wait()"
 # a scatter's combining ops (tl.store for the rest)
 ATOMICS = {"scatter_add": "tl.atomic_add", "scatter_max": "tl.atomic_max", "scatter_min": "tl.atomic_min"}
-CALLED_HELPERS = ("_float_remainder", "_nextafter", "_floordiv", "_truncdiv", "_int_fmod", "_int_remainder", "_int_pow", "_philox", *FP32_HELPERS.values())
+CALLED_HELPERS = ("_float_remainder", "_nextafter", "_floordiv", "_truncdiv", "_int_fmod", "_int_remainder", "_int_pow", "_philox",
+                  "_unknown_zero", *FP32_HELPERS.values())
 
 
 class Value:

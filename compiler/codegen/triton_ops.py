@@ -167,6 +167,8 @@ def binary(op: str, a: str, b: str, t: torch.dtype, cuda: bool = False) -> str:
         return f"({a} != 0) ^ ({b} != 0)"
     if op in ("maximum", "minimum", "fmax", "fmin"):
         return _min_max(op, a, b, fp, cuda)
+    if not fp and cuda and b == "0" and op in ("floordiv", "truncdiv", "remainder", "fmod"):
+        b = f"_unknown_zero({a})"  # eager's kernel divides by its argument, at run time
     if op == "floordiv":
         return f"_floordiv({a}, {b})"
     if op == "truncdiv":
@@ -356,6 +358,10 @@ def _exp_ftz(x):
                                      dtype=tl.float32, is_pure=True, pack=1)
 """,
     # the interpreter's forms of the GPU_HELPERS below
+    "_unknown_zero": """@triton.jit
+def _unknown_zero(x):
+    return x * 0
+""",
     "_expf": """@triton.jit
 def _expf(x):
     return tl.exp(x)
@@ -516,6 +522,14 @@ def _int_fmod(a, b):
     else:
         r = tl.where(b == -1, 0, a % tl.where(b == -1, 1, b))
     return r
+""",
+    # zero, unknown to LLVM: an integer division by a constant 0 is undefined there, and
+    # it dropped the kernel's store (the output held what memory had); so the division
+    # runs, giving the GPU's answer as eager's kernel does (int32 x // 0 is -1 or -2)
+    "_unknown_zero": """@triton.jit
+def _unknown_zero(x):
+    z = tl.inline_asm_elementwise("mov.b32 $0, 0;", "=r,r", [x.to(tl.int32)], dtype=tl.int32, is_pure=True, pack=1)
+    return z.to(x.dtype)
 """,
     # __nv_exp2f as Triton links libdevice (flushing subnormals)
     "_ex2": """@triton.jit

@@ -187,50 +187,69 @@ def rsub(g, node, a, b, *, alpha=1):
 @register(aten.div)
 def div(g, node, a, b, *, rounding_mode=None):
     out = out_val(node).dtype
-    if rounding_mode is None and _divides_by_a_cuda_scalar(g, node, b, out):
-        return make_pointwise(g, node, _op("mul"), [a, _cuda_reciprocal(b, out)])
-    if rounding_mode is None:
-        return make_pointwise(g, node, _op("truediv"), [a, b])
-    if out.is_floating_point and rounding_mode == "floor":
-        return make_pointwise(g, node, _div_floor_floating, [a, b])
-    if out.is_floating_point:
-        # ATen truncates the quotient rounded to the output dtype (matters for half types)
-        return make_pointwise(g, node, lambda x, y: ir.op("trunc", ir.cast(ir.cast(ir.op("truediv", x, y, dtype=x.dtype), out), x.dtype), dtype=x.dtype), [a, b])
-    return make_pointwise(g, node, _op("floordiv" if rounding_mode == "floor" else "truncdiv"), [a, b])
+    inv = _cuda_scalar_reciprocal(g, node, b, out)
+    if rounding_mode is None or rounding_mode == "floor" and inv is not None and b == 0:
+        # a floor division by zero is eager's true one (inf or NaN) on either path
+        return make_pointwise(g, node, _op("mul"), [a, inv]) if inv is not None else make_pointwise(g, node, _op("truediv"), [a, b])
+    if not out.is_floating_point:
+        return make_pointwise(g, node, _op("floordiv" if rounding_mode == "floor" else "truncdiv"), [a, b])
+    cuda = g.device.type == "cuda"
+    if rounding_mode == "floor":
+        # ATen's CUDA kernel holds the floor in a half type (its CPU kernel in float32)
+        held = out if cuda else upcast(out)
+        return make_pointwise(g, node, lambda x, y: _div_floor_floating(x, y, held, inv), [a, b])
+    if inv is not None:  # ATen's CUDA kernel: trunc(a * (1 / b)) in float32
+        return make_pointwise(g, node, lambda x: ir.op("trunc", ir.op("mul", x, ir.const(inv, x.dtype), dtype=x.dtype), dtype=x.dtype), [a])
+    # ATen truncates the quotient rounded to the output dtype (matters for half
+    # types), but its CPU kernel's by a single value, divided in float32 (is_scalar)
+    single = not is_tensor(b) or math.prod(b.size) == 1
+    quotient = upcast(out) if single and not cuda else out
+    return make_pointwise(g, node, lambda x, y: ir.op("trunc", _rounded_to(ir.op("truediv", x, y, dtype=x.dtype), quotient), dtype=x.dtype), [a, b])
 
 
-def _divides_by_a_cuda_scalar(g, node, b, out: torch.dtype) -> bool:
-    """Whether this is eager's own div (not a step of an op decomposed) of floats on a
-    GPU by a Python number: ATen's CUDA kernel then multiplies by the number's
-    reciprocal (BinaryDivTrueKernel.cu), a third of float32 quotients an ulp off a division."""
+def _cuda_scalar_reciprocal(g, node, b, out: torch.dtype) -> float | None:
+    """1 / b, where this is eager's own division (not a step of an op decomposed) of
+    floats on a GPU by a Python number: ATen's CUDA kernels then multiply by the
+    number's reciprocal, computed on the host in the op's math type
+    (BinaryDivTrueKernel.cu and its floor and trunc twins); a third of float32
+    quotients are an ulp off a division. None where eager divides."""
     eagers = getattr(node.meta.get("original_aten", node.target), "overloadpacket", None)
-    return (g.device.type == "cuda" and eagers in (aten.div, aten.div_, aten.true_divide, aten.true_divide_)
-            and isinstance(b, (int, float)) and out.is_floating_point)
-
-
-def _cuda_reciprocal(b, dtype: torch.dtype) -> float:
-    """1 / b as ATen's CUDA div computes it on the host, in the op's math type."""
-    math_t = torch.float64 if dtype == torch.float64 else torch.float32
+    if not (g.device.type == "cuda" and eagers in (aten.div, aten.div_, aten.true_divide, aten.true_divide_,
+                                                    aten.floor_divide, aten.floor_divide_)
+            and isinstance(b, (int, float)) and not isinstance(b, bool) and out.is_floating_point):
+        return None
+    math_t = torch.float64 if out == torch.float64 else torch.float32
     return (torch.tensor(1.0, dtype=math_t) / torch.tensor(b, dtype=math_t)).item()
 
 
-def _div_floor_floating(a, b):
-    """ATen's div_floor_floating: exact floor(a / b) even where a / b rounds up to an integer."""
+def _rounded_to(x, dtype: torch.dtype):
+    """x (computed in float32 for a half type) rounded to `dtype`, where ATen's
+    kernel keeps a value of that type midway."""
+    return x if dtype == x.dtype else ir.cast(ir.cast(x, dtype), x.dtype)
+
+
+def _div_floor_floating(a, b, held: torch.dtype, inv: float | None = None):
+    """ATen's div_floor_floating: exact floor(a / b) even where a / b rounds up to an
+    integer. The floor (and its + 1) is rounded to `held`, the type eager's kernel
+    keeps it in. With `inv`, its CUDA kernel for a Python divisor b: (a - mod) * inv."""
     t = a.dtype
 
     def op(name, *xs, dtype=t):
         return ir.op(name, *xs, dtype=dtype)
 
+    def quotient(x):
+        return op("mul", x, ir.const(inv, t)) if inv is not None else op("truediv", x, b)
+
     zero = ir.const(0, t)
     mod = op("fmod", a, b)
-    div = op("truediv", op("sub", a, mod), b)
+    div = quotient(op("sub", a, mod))
     wrong_sign = op("logical_and", op("ne", mod, zero, dtype=torch.bool),
                     op("ne", op("lt", b, zero, dtype=torch.bool), op("lt", mod, zero, dtype=torch.bool), dtype=torch.bool), dtype=torch.bool)
     div = op("where", wrong_sign, op("sub", div, ir.const(1, t)), div)
-    fl = op("floor", div)
-    fl = op("where", op("gt", op("sub", div, fl), ir.const(0.5, t), dtype=torch.bool), op("add", fl, ir.const(1, t)), fl)
-    fl = op("where", op("eq", div, zero, dtype=torch.bool), op("copysign", zero, op("truediv", a, b)), fl)
-    return op("where", op("eq", b, zero, dtype=torch.bool), op("truediv", a, b), fl)
+    fl = _rounded_to(op("floor", div), held)
+    fl = op("where", op("gt", op("sub", div, fl), ir.const(0.5, t), dtype=torch.bool), _rounded_to(op("add", fl, ir.const(1, t)), held), fl)
+    fl = op("where", op("eq", div, zero, dtype=torch.bool), op("copysign", zero, quotient(a)), fl)
+    return fl if inv is not None else op("where", op("eq", b, zero, dtype=torch.bool), op("truediv", a, b), fl)
 
 
 @register(aten.floor_divide)

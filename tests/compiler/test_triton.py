@@ -260,20 +260,40 @@ def test_gpu_math_links_no_libdevice(op, instruction):
     division, compiled for sm_90: the instruction libdevice's function (or eager's
     IEEE division) would run, and libdevice not linked."""
     require_compiler_for_h100()
-    from compiler.codegen.triton_ops import HELPERS, binary, helper_sources, unary
+    from compiler.codegen.triton_ops import binary, unary
 
     code = binary(op, "tmp0", "(tmp0 + 3.0)", torch.float32, cuda=True) if op == "truediv" else unary(op, "tmp0", torch.float32)
+    compiled = _compiled_for_h100(code, "float32")
+    assert "__nvvm_reflect" not in compiled.asm["llir"], "libdevice was linked"
+    assert instruction in compiled.asm["ptx"]
+
+
+@pytest.mark.parametrize("op", ["floordiv", "truncdiv", "remainder", "fmod"])
+def test_an_integer_division_by_a_constant_zero_runs(op):
+    """LLVM takes x / 0 with a constant 0 for undefined and drops the division (the
+    value stored was any register's): the GPU's form divides by a zero it cannot
+    see, so the division instruction runs, as in eager's kernel."""
+    require_compiler_for_h100()
+    from compiler.codegen.triton_ops import binary
+
+    ptx = _compiled_for_h100(binary(op, "tmp0", "0", torch.int32, cuda=True), "int32").asm["ptx"]
+    assert "div.s32" in ptx or "rem.s32" in ptx
+
+
+def _compiled_for_h100(code: str, dtype: str):
+    """A kernel storing `code` of its input tmp0 (1024 elements of `dtype`), with
+    the helpers it calls in their CUDA forms, compiled for sm_90."""
+    from compiler.codegen.triton_ops import HELPERS, helper_sources
+
     meta = dict(kind="pointwise", xnumel=1024, configs=[dict(XBLOCK=1024, num_warps=4, num_stages=1, grid=1)],
-                args=[dict(name=n, dtype="float32", extent=1024, check_align=True) for n in ("in_ptr0", "out_ptr0")],
+                args=[dict(name=n, dtype=dtype, extent=1024, check_align=True) for n in ("in_ptr0", "out_ptr0")],
                 workspace=[], fp_fusion=True)
     source = "\n".join([
         "import triton", "import triton.language as tl", "from triton.language.extra import libdevice", "",
         f"META = {meta!r}", "", *helper_sources([h for h in HELPERS if h + "(" in code], cuda=True),
         "@triton.jit", "def k(in_ptr0, out_ptr0, XBLOCK: tl.constexpr):", "    x0 = tl.arange(0, XBLOCK)",
         "    tmp0 = tl.load(in_ptr0 + x0)", f"    tl.store(out_ptr0 + x0, {code})", ""])
-    compiled = compile_for_h100(source, "k")
-    assert "__nvvm_reflect" not in compiled.asm["llir"], "libdevice was linked"
-    assert instruction in compiled.asm["ptx"]
+    return compile_for_h100(source, "k")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -303,6 +323,27 @@ def test_integer_edges_match_aten(device, dtype):
     d[:, ::2] = -1
     check(lambda a, s, d: (a << s, a >> s, a // d, a % d, torch.fmod(a, d)), a, s, d)
 
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device: eager raises ZeroDivisionError on the CPU, as ours does")
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_integer_division_by_zero_gives_the_gpus_answer(dtype):
+    """Eager's CUDA kernels divide integers by zero without a check and return the
+    GPU's answer (int32: -1, or -2 floored where the dividend is negative). A
+    Python 0 as the divisor is a constant to LLVM, which then dropped the division's
+    store: the output held whatever memory had. Now it runs as a zero tensor's
+    does: the quotients are eager's. A remainder by zero is a - q * 0 = a where LLVM
+    derives it from the quotient computed beside it, where eager's rem gives -1;
+    both are C's undefined behaviour, and ours is at least the same for 0 and zeros."""
+    a = torch.randint(-50, 50, (1003,), device="cuda", dtype=dtype)
+    zeros = torch.zeros_like(a)
+    quotients = {"a // 0": lambda a, z: a // 0, "trunc(a / 0)": lambda a, z: torch.div(a, 0, rounding_mode="trunc"),
+                 "a // zeros": lambda a, z: a // z, "trunc(a / zeros)": lambda a, z: torch.div(a, z, rounding_mode="trunc")}
+    compiled = torch.compile(lambda a, z: tuple(f(a, z) for f in quotients.values()), backend="fusion")
+    bad = [f"{n}: {int((o != e).sum())} differ" for n, o, e in
+           zip(quotients, compiled(a, zeros), (f(a, zeros) for f in quotients.values())) if not torch.equal(o, e)]
+    assert not bad, bad
+    remainders = torch.compile(lambda a, z: (a % 0, torch.fmod(a, 0), a % z, torch.fmod(a, z)), backend="fusion")(a, zeros)
+    assert torch.equal(remainders[0], remainders[2]) and torch.equal(remainders[1], remainders[3])
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
