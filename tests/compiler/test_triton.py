@@ -327,23 +327,27 @@ def test_integer_edges_match_aten(device, dtype):
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device: eager raises ZeroDivisionError on the CPU, as ours does")
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
 def test_integer_division_by_zero_gives_the_gpus_answer(dtype):
-    """Eager's CUDA kernels divide integers by zero without a check and return the
-    GPU's answer (int32: -1, or -2 floored where the dividend is negative). A
-    Python 0 as the divisor is a constant to LLVM, which then dropped the division's
-    store: the output held whatever memory had. Now it runs as a zero tensor's
-    does: the quotients are eager's. A remainder by zero is a - q * 0 = a where LLVM
-    derives it from the quotient computed beside it, where eager's rem gives -1;
-    both are C's undefined behaviour, and ours is at least the same for 0 and zeros."""
+    """Eager's CUDA kernels divide integers by zero unchecked and return the GPU's
+    answer (int32: -1, and -2 floored where the dividend is negative). A Python 0 as
+    the divisor is a constant to LLVM, which then dropped the division: the output
+    held any register's value. Now it divides as by a tensor of zeros. What that
+    gives is C's undefined behaviour, which varies with the code around it: a
+    remainder beside a quotient is a - q * 0 = a, and int64 gives -1 or 2^32 - 1
+    (H200). So: int32 kernels of quotients only or remainders only give eager's
+    answers, and in every kernel a Python 0 gives what a tensor of zeros does."""
     a = torch.randint(-50, 50, (1003,), device="cuda", dtype=dtype)
     zeros = torch.zeros_like(a)
     quotients = {"a // 0": lambda a, z: a // 0, "trunc(a / 0)": lambda a, z: torch.div(a, 0, rounding_mode="trunc"),
                  "a // zeros": lambda a, z: a // z, "trunc(a / zeros)": lambda a, z: torch.div(a, z, rounding_mode="trunc")}
-    compiled = torch.compile(lambda a, z: tuple(f(a, z) for f in quotients.values()), backend="fusion")
-    bad = [f"{n}: {int((o != e).sum())} differ" for n, o, e in
-           zip(quotients, compiled(a, zeros), (f(a, zeros) for f in quotients.values())) if not torch.equal(o, e)]
-    assert not bad, bad
-    remainders = torch.compile(lambda a, z: (a % 0, torch.fmod(a, 0), a % z, torch.fmod(a, z)), backend="fusion")(a, zeros)
-    assert torch.equal(remainders[0], remainders[2]) and torch.equal(remainders[1], remainders[3])
+    remainders = {"a % 0": lambda a, z: a % 0, "fmod(a, 0)": lambda a, z: torch.fmod(a, 0),
+                  "a % zeros": lambda a, z: a % z, "fmod(a, zeros)": lambda a, z: torch.fmod(a, z)}
+    for fns in (quotients, remainders, {**quotients, **remainders}):
+        ours = dict(zip(fns, torch.compile(lambda a, z: tuple(f(a, z) for f in fns.values()), backend="fusion")(a, zeros)))
+        for by_zero, by_zeros in zip([n for n in fns if n.endswith("0") or n.endswith("0)")], [n for n in fns if "zeros" in n]):
+            assert torch.equal(ours[by_zero], ours[by_zeros]), f"{by_zero} is not {by_zeros}"
+        if dtype == torch.int32 and len(fns) == 4:
+            bad = [f"{n}: {int((o != fns[n](a, zeros)).sum())} differ" for n, o in ours.items() if not torch.equal(o, fns[n](a, zeros))]
+            assert not bad, bad
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
