@@ -91,6 +91,9 @@ class TritonKernel:
         # loop over r: buffer -> L2 policy of its loads in the loop being rendered
         self.evict: dict[str, str] = {}
         self.evict_stores = False  # a looped kernel's row stores: see _render_reduction
+        self.online: dict = {}  # a looped kernel's online softmax sums (see _online_output_math)
+        self.online_exps: set = set()
+        self.online_sums: set = set()
         self.rank = 2 if self.reduction or self.tiled else 1
         self.xnumel = kernel.xnumel
         self.rnumel = max(kernel.rnumel, 1) if self.reduction else 1
@@ -328,6 +331,8 @@ class TritonKernel:
             return self._cast(args[0], s.args[0].dtype, t)
         if s.op == "bitcast":
             return Value(f"{self.full(args[0], args[0].axes, s.args[0].dtype)}.to({TL_DTYPE[t]}, bitcast=True)", args[0].axes)
+        if t == torch.float32 and (fast := self._online_output_math(s, args)) is not None:
+            return fast
         if not any(a.tensor for a in args):  # constant-only: make one operand a tensor
             args[0] = self.as_tensor(args[0], s.args[0].dtype)
         axes = frozenset().union(*[a.axes for a in args])
@@ -348,6 +353,21 @@ class TritonKernel:
             code = render([self.as_tensor(a, x.dtype) for a, x in zip(args, [x for x in s.args if isinstance(x, ir.Expr)])])
         self.helpers.update(h for h in CALLED_HELPERS if h + "(" in code)
         return Value(code, axes)
+
+    def _online_output_math(self, s: ir.Expr, args: list) -> Value | None:
+        """An online softmax's output, exp(x - max) * (1 / sum), in Triton's forms
+        (ex2.approx, div.full), not eager's expf and correctly rounded reciprocal: the
+        row's sum is added in another order than eager's, so these outputs are not
+        eager's bits either way, and eager's forms cost. H200, softmax over [2048,
+        50257] per call: bf16 151.6 us with expf, 141.0 with Triton's exp; fp32 258.8
+        with Triton's exp and rcp.rn against 233.4 with div.full, in kernels that
+        differ in that one line, run once a row (ptxas adds a slow-path call for it)."""
+        if s.op == "exp" and s in self.online_exps:
+            return Value(f"tl.exp({args[0].code})", args[0].axes)
+        if s.op == "reciprocal" and s.args[0].op == "load" and s.args[0].args[0] in self.online_sums:
+            code = args[0].code if args[0].code.isidentifier() else f"({args[0].code})"
+            return Value(f"1.0 / {code}", args[0].axes)
+        return None
 
     def _index_in_range(self, index: Value, size: Value) -> Value:
         """An index value, asserted on the device to lie in [0, size) where its lanes are live."""
@@ -679,6 +699,8 @@ class TritonKernel:
         row_cse: dict = {}
         written: set[str] = set()  # buffers stored by earlier loops of this kernel
         self.online = self._online_softmax_sums()
+        self.online_exps = {s.value for s in self.online.values()}
+        self.online_sums = {s.node.name for s in self.online.values()}
         moved = set(self.online.values())
         phases = [(p, [m for m in ms if m not in moved]) for p, ms in member_order(self.k)]
         phases = [(p, ms) for p, ms in phases if ms]  # an online sum's own loop: done in its max's loop

@@ -689,6 +689,7 @@ def test_softmax_family_persistent(device):
     x = rand(65, 999, device=device)
     cap = check(lambda x: x.softmax(-1), x)
     assert len(cap.kernels) == 1 and cap.kernels[0].kind == "reduction"
+    assert "_expf(" in cap.kernels[0].source  # eager's expf: a short row is not online
     check(lambda x: F.log_softmax(x, -1), x)
 
 
@@ -725,6 +726,10 @@ def test_long_row_softmax_is_online(device, dtype):
     steps = [line for line in first.splitlines() if "_e = " in line]
     assert len(steps) == 3 and all(("_exp_ftz(" in line) == (device == "cuda") for line in steps), steps
     assert first.count("tl.fma(") == 3
+    # the output's exp and the sum's reciprocal are Triton's (the sum is not in
+    # eager's order anyway), not expf and rcp.rn
+    assert "tl.exp(" in second and "_expf(" not in second
+    assert "_rcp_rn(" not in src and src.count(" = 1.0 / acc_") == 1, src
 
 
 @pytest.mark.parametrize("device", DEVICES)
