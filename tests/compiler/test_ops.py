@@ -560,7 +560,6 @@ def test_floor_and_trunc_division_are_eagers_bit_for_bit(check_compiled, target,
     assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
 
 
-
 def test_a_decompositions_division_by_a_number_stays_a_division(check_compiled):
     """Only the div a user calls multiplies by a Python divisor's reciprocal on a
     GPU: smooth_l1's 0.5 * z * z / beta is a division in eager's kernel, and in the
