@@ -331,8 +331,6 @@ class TritonKernel:
             return self._cast(args[0], s.args[0].dtype, t)
         if s.op == "bitcast":
             return Value(f"{self.full(args[0], args[0].axes, s.args[0].dtype)}.to({TL_DTYPE[t]}, bitcast=True)", args[0].axes)
-        if t == torch.float32 and (fast := self._online_output_math(s, args)) is not None:
-            return fast
         if not any(a.tensor for a in args):  # constant-only: make one operand a tensor
             args[0] = self.as_tensor(args[0], s.args[0].dtype)
         axes = frozenset().union(*[a.axes for a in args])
@@ -345,7 +343,7 @@ class TritonKernel:
             if s.op == "fma":
                 return f"tl.fma({codes[0]}, {codes[1]}, {codes[2]})"
             if len(codes) == 1:
-                return unary(s.op, codes[0], in_t)
+                return unary(s.op, codes[0], in_t, eager_math=not self._online_output_math(s))
             return binary(s.op, codes[0], codes[1], in_t, cuda=self.device.type == "cuda")
 
         code = render(args)
@@ -354,20 +352,17 @@ class TritonKernel:
         self.helpers.update(h for h in CALLED_HELPERS if h + "(" in code)
         return Value(code, axes)
 
-    def _online_output_math(self, s: ir.Expr, args: list) -> Value | None:
-        """An online softmax's output, exp(x - max) * (1 / sum), in Triton's forms
-        (ex2.approx, div.full), not eager's expf and correctly rounded reciprocal: the
-        row's sum is added in another order than eager's, so these outputs are not
-        eager's bits either way, and eager's forms cost. H200, softmax over [2048,
-        50257] per call: bf16 151.6 us with expf, 141.0 with Triton's exp; fp32 258.8
-        with Triton's exp and rcp.rn against 233.4 with div.full, in kernels that
-        differ in that one line, run once a row (ptxas adds a slow-path call for it)."""
-        if s.op == "exp" and s in self.online_exps:
-            return Value(f"tl.exp({args[0].code})", args[0].axes)
-        if s.op == "reciprocal" and s.args[0].op == "load" and s.args[0].args[0] in self.online_sums:
-            code = args[0].code if args[0].code.isidentifier() else f"({args[0].code})"
-            return Value(f"1.0 / {code}", args[0].axes)
-        return None
+    def _online_output_math(self, s: ir.Expr) -> bool:
+        """Whether s is an online softmax's output math, exp(x - max) or 1 / sum, which
+        takes Triton's forms (ex2.approx, div.full), not eager's expf and correctly
+        rounded reciprocal: the row's sum is added in another order than eager's, so
+        these outputs are not eager's bits either way, and eager's forms cost. H200,
+        softmax over [2048, 50257] per call: bf16 151.6 us with expf, 141.0 with
+        Triton's exp; fp32 258.8 with Triton's exp and rcp.rn against 233.4 with
+        div.full, in kernels that differ in that one line, run once a row (ptxas adds
+        a slow-path call for it)."""
+        return s in self.online_exps or (s.op == "reciprocal" and s.args[0].op == "load"
+                                         and s.args[0].args[0] in self.online_sums)
 
     def _index_in_range(self, index: Value, size: Value) -> Value:
         """An index value, asserted on the device to lie in [0, size) where its lanes are live."""

@@ -104,7 +104,8 @@ def takes_tensors_only(code: str) -> bool:
             or any(f"{h}(" in code for h in FP32_HELPERS.values()))
 
 
-def unary(op: str, a: str, t: torch.dtype) -> str:
+def unary(op: str, a: str, t: torch.dtype, eager_math: bool = True) -> str:
+    """`eager_math`: EAGER_MATH ops in eager's forms, unless config.fast_math."""
     fp = t.is_floating_point
     if op in ("neg", "abs", "bitwise_not") and not fp and t != torch.bool:
         # they wrap as ATen's: an 8- or 16-bit integer computed in int32 and cut back
@@ -116,7 +117,7 @@ def unary(op: str, a: str, t: torch.dtype) -> str:
         inner = {"neg": f"-{w}", "abs": f"tl.where({w} < 0, -{w}, {w})",
                  "bitwise_not": f"{a} ^ 255" if t == torch.uint8 else f"~{a}"}[op]
         return f"({inner}).to({TL_DTYPE[t]})" if small else inner
-    if op in FP32_HELPERS and t == torch.float32 and not (op in EAGER_MATH and config.fast_math):
+    if op in FP32_HELPERS and t == torch.float32 and not (op in EAGER_MATH and (config.fast_math or not eager_math)):
         return f"{FP32_HELPERS[op]}({a})"
     if op in TL_UNARY and (fp or op == "abs"):
         return f"{TL_UNARY[op]}({a})"

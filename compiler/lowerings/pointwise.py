@@ -76,7 +76,7 @@ def _round_decimals(a, decimals: int, step_dtype: torch.dtype | None = None):
         ten_pow = ir.rounded_to(ten_pow, step_dtype)
 
     def stepped(e):
-        return e if step_dtype is None else ir.cast(ir.cast(e, step_dtype), a.dtype)
+        return _rounded_to(e, step_dtype or a.dtype)
 
     scale = ir.const(ten_pow, a.dtype)
     if decimals < 0:
