@@ -59,7 +59,12 @@ WIDE_PERSISTENT_MAX_INPUTS = 3
 # along r is the row itself (softmax, log_softmax; not a layer_norm's weight). H200,
 # softmax per call, persistent against looped: bf16 [2048, 25087] 101.6 -> 83.9 us,
 # fp32 [4096, 12289] 131.4 -> 110.6, [2048, 25087] 135.2 -> 119.9; rows of 24 KB
-# keep to registers (bf16 [4096, 12289]: 68.5 against 77.9)
+# keep to registers (bf16 [4096, 12289]: 68.5 against 77.9). A persistent block
+# walked from the boundary (whole-vector loads that read up to 15 bytes of the
+# neighbours, masked in registers; whole-vector stores and an element-wise one for
+# the row's edges) ran slower (H200, do_bench, the best warps of each: layer_norm
+# bf16 [4096, 12289] 78.5 -> 255.2 us, [8192, 4099] 50.2 -> 182.3, softmax bf16
+# [4096, 12289] 73.1 -> 125.5), but for softmax bf16 [2048, 16001] (81.4 -> 71.3)
 SHIFTED_PERSISTENT_MAX_BYTES = 32 << 10
 # reducing a strided dim: only short ones, so that a block is wide in the contiguous x
 OUTER_PERSISTENT_MAX_RBLOCK = 128
@@ -510,7 +515,11 @@ def cooperative_rows(xn: int, rn: int) -> bool:
     log_softmax [3, 100003] fp32 13.4 against 29.6; layer_norm [5, 70001] bf16
     13.6 against 24.6; but softmax [8, 50257] fp32 24.8 against 19.4, layer_norm
     [16, 250007] fp32 27.9 against 24.8, softmax [2048, 50257] fp32 442-480
-    against 274."""
+    against 274. Nor does a persistent form (groups of programs that loop over
+    the rows, one barrier a row, the partial max and sum combined online; with
+    or without loading the next row's slice before the barrier): H200, softmax
+    [2048, 50257] over slices of 2048-16384 elements, 4-16 warps, 2-16 programs
+    an SM: fp32 404-1290 us, bf16 408-1404, against 235 and 141 looped."""
     return xn <= COOP_MAX_ROWS and rn >= COOP_MIN_RNUMEL
 
 
@@ -553,7 +562,13 @@ def _looped_configs(xn: int, rn: int, inner: bool, gpu: bool, itemsize: int, wid
         # softmax [4096, 12289]: 1024 x 16 warps 110.8 us, 2048 x 16 129; [2048,
         # 25087]: 2048 x 32 119.9, 2048 x 16 132.1); and a quarter of the eighth at 2 a
         # thread (H200, per call, softmax fp32 [2048, 50257], rows walked from their
-        # 16-byte boundary: 2048 x 32 warps 235.4 us, 4096 x 32 256.0)
+        # 16-byte boundary: 2048 x 32 warps 235.4 us, 4096 x 32 256.0). Measured and
+        # left out (H200, do_bench, our kernel over [2048, 50257]): num_stages 2-4 (the
+        # best step of each dtype within 1%); whole-vector loads and stores in a shifted row's edge
+        # blocks (4096 x 32 bf16 167.0 -> 135.6 us, fp32 258.1 -> 240.4, against 139.1
+        # and 234.1 for 2048 x 32, which it does not speed up); two rows a program
+        # (bf16 152.6). The bf16 kernel moves 58% of peak DRAM bandwidth with 69% of
+        # its issue slots busy (ncu)
         def step(rb, per_thread):
             return cfg(1, rb, min(32, max(4, rb // (32 * per_thread))))
 
