@@ -44,7 +44,6 @@ SHIFTED_MULTIPASS_MAX_RBLOCK = 4096
 DEPENDENT_LAUNCH_WAIT = "    tl.extra.cuda.gdc_wait()"
 # a scatter's combining ops (tl.store for the rest)
 ATOMICS = {"scatter_add": "tl.atomic_add", "scatter_max": "tl.atomic_max", "scatter_min": "tl.atomic_min"}
-COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 CALLED_HELPERS = ("_float_remainder", "_nextafter", "_floordiv", "_truncdiv", "_int_fmod", "_int_remainder", "_int_pow", "_philox",
                   "_unknown_zero", *FP32_HELPERS.values())
 
@@ -275,11 +274,6 @@ class TritonKernel:
         return fold_divmod(simplify_with_ranges(e, self.ranges))
 
     def emit(self, e: ir.Expr, cse: dict, out: list[str], indent: str, hoist: Hoist | None = None) -> Value:
-        if not self.int64 and e not in cse:
-            narrow = self._compares_narrow(e, {})
-            if narrow is not e:
-                cse[e] = self.emit(narrow, cse, out, indent, hoist)
-                return cse[e]
         for s in e.walk():
             if s in cse:
                 continue
@@ -297,23 +291,6 @@ class TritonKernel:
                 if hoist is not None:
                     hoist.local.add(name)
         return cse[e]
-
-    def _compares_narrow(self, e: ir.Expr, memo: dict) -> ir.Expr:
-        """`e` with the int64 positions it compares taken in the kernel's int32: it
-        indexes in int32, so such a position is an int32 value widened, and
-        widening changes no comparison, while an int64 compare takes two
-        instructions (a padded pooling window's bounds checks)."""
-        if e in memo:
-            return memo[e]
-        if e.op == "load":  # its index is sympy, its indirect values are emitted apart
-            memo[e] = e
-            return e
-        args = tuple(self._compares_narrow(a, memo) if isinstance(a, ir.Expr) else a for a in e.args)
-        if e.op in COMPARISONS:
-            args = tuple(ir.Expr("index", a.args, torch.int32) if isinstance(a, ir.Expr) and a.op == "index"
-                         and a.dtype == torch.int64 else a for a in args)
-        memo[e] = e if args == e.args else ir.Expr(e.op, args, e.dtype)
-        return memo[e]
 
     def _row_invariant(self, s: ir.Expr, v: Value, cse: dict, hoist: Hoist) -> bool:
         """Whether a value inside a loop over r is the same at every r and can be
