@@ -92,8 +92,6 @@ class TritonKernel:
         self.evict: dict[str, str] = {}
         self.evict_stores = False  # a looped kernel's row stores: see _render_reduction
         self.online: dict = {}  # a looped kernel's online softmax sums (see _online_output_math)
-        self.online_exps: set = set()
-        self.online_sums: set = set()
         self.rank = 2 if self.reduction or self.tiled else 1
         self.xnumel = kernel.xnumel
         self.rnumel = max(kernel.rnumel, 1) if self.reduction else 1
@@ -361,8 +359,9 @@ class TritonKernel:
         Triton's exp; fp32 258.8 with Triton's exp and rcp.rn against 233.4 with
         div.full, in kernels that differ in that one line, run once a row (ptxas adds
         a slow-path call for it)."""
-        return s in self.online_exps or (s.op == "reciprocal" and s.args[0].op == "load"
-                                         and s.args[0].args[0] in self.online_sums)
+        sums = self.online.values()
+        return any(s == m.value for m in sums) or (s.op == "reciprocal" and s.args[0].op == "load"
+                                                   and any(s.args[0].args[0] == m.node.name for m in sums))
 
     def _index_in_range(self, index: Value, size: Value) -> Value:
         """An index value, asserted on the device to lie in [0, size) where its lanes are live."""
@@ -694,8 +693,6 @@ class TritonKernel:
         row_cse: dict = {}
         written: set[str] = set()  # buffers stored by earlier loops of this kernel
         self.online = self._online_softmax_sums()
-        self.online_exps = {s.value for s in self.online.values()}
-        self.online_sums = {s.node.name for s in self.online.values()}
         moved = set(self.online.values())
         phases = [(p, [m for m in ms if m not in moved]) for p, ms in member_order(self.k)]
         phases = [(p, ms) for p, ms in phases if ms]  # an online sum's own loop: done in its max's loop

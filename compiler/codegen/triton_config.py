@@ -564,11 +564,11 @@ def _looped_configs(xn: int, rn: int, inner: bool, gpu: bool, itemsize: int, wid
         # thread (H200, per call, softmax fp32 [2048, 50257], rows walked from their
         # 16-byte boundary: 2048 x 32 warps 235.4 us, 4096 x 32 256.0). Measured and
         # left out (H200, do_bench, our kernel over [2048, 50257]): num_stages 2-4 (the
-        # best step of each dtype within 1%); whole-vector loads and stores in a shifted row's edge
-        # blocks (4096 x 32 bf16 167.0 -> 135.6 us, fp32 258.1 -> 240.4, against 139.1
-        # and 234.1 for 2048 x 32, which it does not speed up); two rows a program
-        # (bf16 152.6). The bf16 kernel moves 58% of peak DRAM bandwidth with 69% of
-        # its issue slots busy (ncu)
+        # best step of each dtype within 1%); whole-vector loads and stores in a
+        # shifted row's edge blocks (4096 x 32 bf16 167.0 -> 135.6 us, fp32 258.1 ->
+        # 240.4, against 139.1 and 234.1 for 2048 x 32, which it does not speed up);
+        # two rows a program (bf16 152.6). The bf16 kernel moves 58% of peak DRAM
+        # bandwidth with 69% of its issue slots busy (ncu)
         def step(rb, per_thread):
             return cfg(1, rb, min(32, max(4, rb // (32 * per_thread))))
 

@@ -349,6 +349,7 @@ def test_integer_division_by_zero_gives_the_gpus_answer(dtype):
             bad = [f"{n}: {int((o != fns[n](a, zeros)).sum())} differ" for n, o in ours.items() if not torch.equal(o, fns[n](a, zeros))]
             assert not bad, bad
 
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_types_compute_in_float32(device, dtype):
