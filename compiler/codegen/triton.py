@@ -22,7 +22,7 @@ import sympy
 import torch
 
 from .. import ir
-from ..index import fold_divmod, simplify_with_ranges, upper_bound
+from ..index import fold_divmod, simplify_with_ranges, unclamp, upper_bound
 from ..scheduler import R, X, FusedKernel, Member, online_softmax_sums
 from . import triton_config
 from .common import SCAN_COMBINES, SORTS, kernel_args, member_order
@@ -720,7 +720,8 @@ class TritonKernel:
             # us, layer_norm 222.5 -> 207.8; before the stores were hinted, these
             # hints cost bf16 softmax 3-5% on an H100)
             later = set().union(*loop_reads)
-            self.evict = {n: "evict_last" if n in later else "evict_first" for n in reads}
+            if not self.plan.window:  # a window's elements are read again by the next block
+                self.evict = {n: "evict_last" if n in later else "evict_first" for n in reads}
             self._loop(members, row_cse, body)
             self.evict = {}
             written |= {m.node.name for m in members if m.stored and m.role == "full"}
@@ -882,8 +883,11 @@ class TritonKernel:
             ranges = [(f"0, {whole_end}", "roffset", True), (f"{whole_end}, {end}", "roffset", False)]
         else:
             ranges = [(f"0, {end}", "roffset", False)]
+        loop_kind = "range"
+        if self.plan.window:  # unrolled: each element's offset in the window a constant
+            loop_kind, ranges = "tl.static_range", [(f"0, {self.rnumel}", "roffset", False)]
         for bounds, start, whole in ranges:
-            body.append(f"    for roffset in range({bounds}, {step}):")
+            body.append(f"    for roffset in {loop_kind}({bounds}, {step}):")
             self._r_vars(body, ind, start, whole)
             body += loop
         self._loop_end(members, online, reds, body)
@@ -1073,38 +1077,6 @@ class TritonKernel:
             f"    if tl.atomic_add(sem_ptr + (row * {nb} + {nb - 1}), 1) == nsplit - 1:",
             *(f"        tl.atomic_xchg(sem_ptr + (row * {nb} + {b}), 0)" for b in range(nb)),
         ]
-
-
-def unclamp(idx: sympy.Expr, ranges: dict) -> tuple[sympy.Expr, list]:
-    """A load at a clamped index as a masked load at the index itself: (index,
-    [(u, op, bound)]: the conditions u op bound that mask it, constants on the
-    bound's side: (x0 % 128) >= 64, which Triton sees constant over 64 elements,
-    not (x0 % 128) - 64 >= 0). The lowerings clamp
-    only where they discard the value outside the clamp (cat, constant_pad_nd, a
-    short scatter index), so a masked load's 0 there serves as well. Unclamped,
-    Triton sees the accesses contiguous and loads them in vectors: minimum(63,
-    x % 128) is contiguous to no analysis (H200, a rotary embedding's cat of
-    halves, bf16 [8, 32, 2048, 128]: 81.1 us clamped against 64.7 for Inductor)."""
-    if not idx.has(sympy.Min, sympy.Max):
-        return idx, []
-    bounds = []
-
-    def strip(e):
-        if isinstance(e, (sympy.Min, sympy.Max)) and len(e.args) == 2:
-            c, u = sorted(e.args, key=lambda a: not a.is_Integer)
-            if c.is_Integer and not u.is_Integer:
-                u, c = strip(u), int(c)
-                k, rest = u.as_coeff_Add()
-                if isinstance(e, sympy.Min):
-                    top = upper_bound(u, ranges)
-                    if top is None or top > c:
-                        bounds.append((rest, "<", c + 1 - int(k)))
-                elif not (c <= 0 and u.is_nonnegative):
-                    bounds.append((rest, ">=", c - int(k)))
-                return u
-        return e.func(*[strip(a) for a in e.args]) if e.args else e
-
-    return strip(idx), bounds
 
 
 def render(kernel: FusedKernel, name: str, buffers: dict) -> str:

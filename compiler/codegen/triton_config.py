@@ -9,7 +9,8 @@
   handful of very long rows read more than once (softmax over a vocabulary,
   layer_norm, group_norm) are cooperative: each split over programs that hold
   their slice in registers and meet at a barrier after each reduction, so the
-  rows are read from memory once.
+  rows are read from memory once. A short strided dim is held whole, but a
+  pooling window slid by one steps over its elements in wide blocks of outputs.
 
 Programs move about 32-64 bytes per thread and per access, and there are
 enough of them to fill the GPU twice where the sizes allow."""
@@ -22,7 +23,7 @@ import torch
 
 from .. import ir
 from ..config import config
-from ..index import FloorDiv, ModularIndexing, simplify_with_ranges, symbol
+from ..index import FloorDiv, ModularIndexing, fold_divmod, simplify_with_ranges, symbol, unclamp, upper_bound
 from ..runtime.triton_build import interpreting
 from ..scheduler import R, X, FusedKernel, layout_deciding
 from .common import SORTS
@@ -68,6 +69,8 @@ WIDE_PERSISTENT_MAX_INPUTS = 3
 SHIFTED_PERSISTENT_MAX_BYTES = 32 << 10
 # reducing a strided dim: only short ones, so that a block is wide in the contiguous x
 OUTER_PERSISTENT_MAX_RBLOCK = 128
+# ... but windows slid by one of up to this many elements, a step each, unrolled (slides_by_one)
+WINDOW_MAX_STEPS = 32
 # ... looped, and split over programs where it may: blocks this many columns wide,
 # or OUTER_WIDE_XBLOCK where the columns make split_blocks such wider blocks (no split).
 # H200, per call, blocks of 32 columns with 16 split warps an SM against 64 with 32
@@ -138,6 +141,7 @@ class Plan:
     tile: int | None = None  # pointwise 2-D: the flat x0 is tile * y0 + x0
     split: int = 1  # reductions: programs per block of rows
     coop: bool = False  # reductions: a row's programs meet at barriers (see the module doc)
+    window: bool = False  # reductions: windows slid by one, a step per window element (slides_by_one)
     # a persistent block's loads of rows up to PERSISTENT_MAX_RBLOCK long ask L2 to keep
     # them (evict_last), though each is read once. Measured, cause not established.
     # H200, us per call (do_bench) / back to back over inputs that outgrow L2: softmax
@@ -190,6 +194,8 @@ def _plan(kernel: FusedKernel, gpu: bool, itemsize: int, int64: bool, gathers: b
     if persistent and gpu and inner and rn * itemsize > SHIFTED_PERSISTENT_MAX_BYTES and not int64:
         stride = row_stride(kernel, _row_indices(kernel))  # int64 kernels are never shifted
         persistent = stride is None or stride * itemsize % 16 == 0
+    if not inner and rn <= WINDOW_MAX_STEPS and slides_by_one(kernel):
+        return Plan(True, window=True, configs=_window_configs(xn, rn, gpu, itemsize))
     p = Plan(True, persistent=persistent)
     if p.persistent:
         p.evict_last_streams = inner and rblock <= narrow
@@ -463,19 +469,62 @@ def _persistent_configs(xn: int, rblock: int, inner: bool, gpu: bool, itemsize: 
     return out
 
 
+def slides_by_one(kernel: FusedKernel) -> bool:
+    """Whether the kernel reduces windows slid by one element along x (max_pool2d
+    or avg_pool2d at stride 1): it stores at x0 and loads at x0 plus an offset of r
+    that spans less than x, so neighbouring outputs read mostly the same elements
+    and each element of the window, over a block of x, is one contiguous vector.
+    Such a kernel steps over the window an element at a time (unrolled), in wide
+    blocks of x, and its loads take no L2 hint (the next block reads them again).
+    H200, do_bench per call, us, stepped / a persistent block of [256-512, 16] /
+    Inductor: max_pool2d 3x3 stride 1 [32, 256, 28, 28] bf16 26.7 / 32.0 / 27.7,
+    fp32 27.5 / 29.5 / 26.5; [32, 64, 112, 112] bf16 90.5 / 112.3 / 91.7, fp32
+    92.2 / 100.5 / 89.4; [8, 96, 57, 55] bf16 15.2 / 15.9 / 15.3, fp32 15.1 / 15.0
+    / 15.1; 5x5 [32, 128, 28, 28] bf16 28.1 / 41.2 / 77.1; avg_pool2d 3x3 [32,
+    256, 28, 28] bf16 32.8 / 40.6 / 27.3; max_pool2d(x.relu()) fp32 33.7 / 36.1 /
+    36.0. At stride 2 the windows' loads are strided: persistent blocks.
+    A loop with runtime steps rather than unrolled ran slower (bf16 [32, 64, 112,
+    112] 96.2 against 90.4 in the same blocks)."""
+    loads = external_loads(kernel)
+    if any(e.args[2] for e in loads) or any(sympy.expand(m.store_index) != X for m in kernel.members if m.stored):
+        return False
+    ranges = {X: kernel.xnumel, R: kernel.rnumel}
+    walks = [fold_divmod(simplify_with_ranges(unclamp(e.args[1], ranges)[0], ranges)) for e in loads]
+    offsets = [sympy.expand(i) - X for i in walks if {X, R} <= i.free_symbols]
+    for offset in offsets:
+        spread = upper_bound(offset.as_coeff_Add()[1], {R: kernel.rnumel})
+        if X in offset.free_symbols or spread is None or spread >= kernel.xnumel:
+            return False
+    return bool(offsets)
+
+
+def _window_configs(xn: int, rn: int, gpu: bool, itemsize: int) -> list:
+    """Blocks of x for a window slid by one (slides_by_one), one element of it a
+    step, 8 bytes a thread: 16 ran slower in float32 (H200, do_bench, max_pool2d
+    3x3 stride 1 [32, 64, 112, 112] fp32: 129.3 us against 90.9; bf16 at 8 bytes
+    90.4), and the candidates' timings were within 4% of each other."""
+    def cfg(xb):
+        xb = min(xb, pow2(xn))
+        return dict(XBLOCK=xb, RBLOCK=1, num_warps=min(16, max(1, xb * itemsize // (32 * 8))), num_stages=1,
+                    grid=cdiv(xn, xb))
+
+    if not gpu:
+        return [dict(cfg(1 << 14), num_warps=1)]
+    return [cfg(512)] + ([cfg(1024)] if xn * rn >= AUTOTUNE_MIN_ELEMENTS else [])
+
+
 def _outer_persistent_configs(xn: int, first: dict) -> list:
-    """Candidates for a short strided dim (a pooling window): blocks of the first
-    guess's rows and twice as many, at 32 or 64 elements a thread. Fewer warps than
-    the first guess won (H200, max_pool2d 3x3 kernel alone, us, first guess / best:
-    stride 1 [32, 256, 28, 28] fp32 29.4 / 26.5 at 256 rows in 2 warps, bf16 32.1 /
-    29.1 in 2 warps; stride 2 [32, 64, 112, 112] fp32 42.0 / 41.0 at 512 rows in 4
-    warps, bf16 34.4 / 33.7 at 512 rows in 8 warps)."""
+    """Candidates for a short strided dim (a pooling window at a stride over 1):
+    blocks of the first guess's rows and twice as many, at 32 elements a thread
+    (H200, max_pool2d 3x3 kernel alone, us, first guess / best: stride 2 [32, 64,
+    112, 112] fp32 42.0 / 41.0 at 512 rows, bf16 34.4 / 33.7 at 512 rows in 8
+    warps). 64 a thread spill registers there (sm_90, Triton 3.6: 60-106 local
+    memory accesses) and are not tried."""
     out = [first]
     for xb in (first["XBLOCK"], 2 * first["XBLOCK"]):
-        for per_thread in (32, 64):
-            warps = max(1, xb * first["RBLOCK"] // (32 * per_thread))
-            if xb <= pow2(xn) and warps <= 16 and (xb, warps) not in [(c["XBLOCK"], c["num_warps"]) for c in out]:
-                out.append(dict(first, XBLOCK=xb, num_warps=warps, grid=cdiv(xn, xb)))
+        warps = max(1, xb * first["RBLOCK"] // (32 * 32))
+        if xb <= pow2(xn) and warps <= 16 and (xb, warps) not in [(c["XBLOCK"], c["num_warps"]) for c in out]:
+            out.append(dict(first, XBLOCK=xb, num_warps=warps, grid=cdiv(xn, xb)))
     return out
 
 

@@ -149,6 +149,34 @@ def test_padded_windows_load_at_their_own_offset(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_a_window_slid_by_one_steps_along_it(device):
+    """A pooling window slid by one (stride 1) loops over its elements, each step
+    one contiguous vector over a wide block of outputs, with no L2 hint (the
+    next block reads the same elements); each GPU candidate compiles for sm_90
+    without spilling. At stride 2, and for a column sum whose rows do not
+    overlap, a persistent block holds the whole window."""
+    from compiler.codegen.triton_config import _window_configs
+
+    x = rand(2, 3, 13, 17, device=device, dtype=torch.bfloat16)
+    for fn in (lambda x: F.max_pool2d(x, 3, 1, 1), lambda x: F.avg_pool2d(x.float(), 3, 1, 1, count_include_pad=False)):
+        (k,) = check(fn, x, tol=dict(rtol=0, atol=0) if fn(x).dtype == x.dtype else None).kernels
+        assert {c["RBLOCK"] for c in meta_of(k.source)["configs"]} == {1}, k.source
+        assert "for roffset in tl.static_range(0, 9, " in k.source and "eviction_policy" not in k.source, k.source
+    for fn, args in ((lambda x: F.max_pool2d(x, 3, 2, 1), (x,)), (lambda y: y.sum(0), (rand(6, 301, device=device),))):
+        (k,) = check(fn, *args).kernels
+        assert "for roffset" not in k.source and meta_of(k.source)["configs"][0]["RBLOCK"] > 1, k.source
+    if device == "cpu":
+        require_compiler_for_h100()
+        for dtype, warps in ((torch.bfloat16, [4, 8]), (torch.float32, [8, 16])):  # 8 bytes a thread
+            kernel = check(lambda x: F.max_pool2d(x, 3, 1, 1), x.to(dtype)).kernels[0]
+            configs = _window_configs(32 * 256 * 28 * 28, 9, gpu=True, itemsize=dtype.itemsize)
+            assert [(c["XBLOCK"], c["num_warps"]) for c in configs] == list(zip([512, 1024], warps)), configs
+            for cfg in configs:
+                ck = compile_for_h100(kernel.source, kernel.name, XBLOCK=cfg["XBLOCK"], RBLOCK=1, num_warps=cfg["num_warps"])
+                assert local_memory_accesses(ck) == 0, f"{dtype} {cfg}: registers spill to local memory"
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_an_arange_used_as_an_index_is_read_directly(device):
     """grid_sample's decomposition picks each corner with arange-valued batch and
     channel indices: they are positions of the loop, read directly (folding into
@@ -786,22 +814,23 @@ def test_big_persistent_reductions_tune_rows_per_program_for_h100(shape):
     assert len(persistent_gpu_configs(8192, 4096, torch.bfloat16)) == 3
 
 
-def test_big_reductions_over_a_short_strided_dim_time_fewer_warps():
-    """A big reduction over a short strided dim (a pooling window) times its first
-    guess against 32 and 64 elements a thread, at its rows per program and twice
-    as many (H200, max_pool2d 3x3 stride 1 over [32, 256, 28, 28] bf16, kernel
-    alone: 32.1 us first, 29.1 in 2 warps); each compiles for sm_90 without
-    spilling registers. A small one runs its first guess."""
+def test_big_reductions_over_a_short_strided_dim_time_more_rows():
+    """A big reduction over a short strided dim (a pooling window at stride 2)
+    times its first guess against 32 elements a thread at its rows per program
+    and twice as many (H200, max_pool2d 3x3 stride 2 over [32, 64, 112, 112]
+    bf16, kernel alone: 34.4 us first, 33.7 at 512 rows in 8 warps); each
+    compiles for sm_90 without spilling registers. A small one runs its first guess."""
     from compiler.codegen.triton_config import _persistent_configs
 
     require_compiler_for_h100()
-    configs = _persistent_configs(32 * 256 * 28 * 28, 16, inner=False, gpu=True, itemsize=2)
-    assert [(c["XBLOCK"], c["num_warps"]) for c in configs] == [(256, 4), (256, 2), (512, 8), (512, 4)], configs
+    for dtype, expected in ((torch.bfloat16, [(256, 4), (512, 8)]), (torch.float32, [(256, 8), (256, 4), (512, 8)])):
+        configs = _persistent_configs(32 * 64 * 56 * 56, 16, inner=False, gpu=True, itemsize=dtype.itemsize)
+        assert [(c["XBLOCK"], c["num_warps"]) for c in configs] == expected, configs
+        kernel = check(lambda x: F.max_pool2d(x, 3, 2, 1), rand(2, 3, 13, 13, device="cpu", dtype=dtype)).kernels[0]
+        for cfg in configs:
+            ck = compile_for_h100(kernel.source, kernel.name, XBLOCK=cfg["XBLOCK"], RBLOCK=16, num_warps=cfg["num_warps"])
+            assert local_memory_accesses(ck) == 0, f"{dtype} {cfg}: registers spill to local memory"
     assert len(_persistent_configs(4096, 16, inner=False, gpu=True, itemsize=2)) == 1
-    kernel = check(lambda x: F.max_pool2d(x, 3, 1, 1), rand(2, 3, 13, 13, device="cpu", dtype=torch.bfloat16)).kernels[0]
-    for cfg in configs:
-        ck = compile_for_h100(kernel.source, kernel.name, XBLOCK=cfg["XBLOCK"], RBLOCK=16, num_warps=cfg["num_warps"])
-        assert local_memory_accesses(ck) == 0, f"{cfg}: registers spill to local memory"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
