@@ -44,10 +44,10 @@ def test_gpu_benchmark_runs_every_workload(tmp_path, workload_set):
     assert [r["name"] for r in rows] == [w.name for w in workloads]
     for r, w in zip(rows, workloads):
         assert r["ms_ours"] > 0 and r["ms_eager"] > 0, r["name"]
-        # Dynamo's share of a first call is timed apart (not compared with ours here:
-        # both are wall-clock times, and on a loaded 2-core machine either can be the
-        # longer for a graph whose kernels an earlier workload already built)
-        assert r["compile_s_dynamo"] > 0, r["name"]
+        # Dynamo's share of a first call is timed apart. Its value is not asserted: a
+        # difference of wall-clock times, on a loaded machine it can come out either side
+        # of ours (2 cores, CI) or of 0 (an H200 host running 14 test workers: -1.7 ms)
+        assert math.isfinite(r["compile_s_dynamo"]), r["name"]
         if not w.random:  # random numbers: no two backends draw alike
             assert math.isfinite(r["max_abs_err_ours"]) and r["max_abs_err_ours"] <= MAX_ABS_ERR, (r["name"], r["max_abs_err_ours"])
     table = out.read_text()
