@@ -318,8 +318,8 @@ class TritonKernel:
         `other` where masked, if `cond` checks what the load's mask does and the
         load's type holds `other` exactly; else None."""
         load = picked.args[0] if picked.op == "cast" else picked
-        if load.op != "load" or len(load.args) > 3 or load.args[2] or load.args[0] in self.regs:
-            return None
+        if load.op != "load" or len(load.args) > 3 or load.args[2] or load.args[0] in self.members:
+            return None  # (a value of this kernel's may be read from registers, unmasked)
         if other.op != "const" or len(other.args) > 1 or not load.dtype.is_floating_point:
             return None  # (a second const arg marks -0.0)
         value = other.args[0]
