@@ -318,6 +318,10 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
             lambda x: F.max_pool2d(x, 3, 1, 1), (rnd(s(32), 256, 28, 28),))),
         Workload("avg_pool2d 2x2 [32,256,56,56] bf16", lambda: (
             lambda x: F.avg_pool2d(x, 2), (rnd(s(32), 256, 56, 56),))),
+        Workload("avg_pool2d 3x3 s1 [32,256,28,28] bf16", lambda: (  # Inception's pooling branch
+            lambda x: F.avg_pool2d(x, 3, 1, 1), (rnd(s(32), 256, 28, 28),))),
+        Workload("pad(value=2) * 3 [8192,4091] bf16", lambda: (  # rows off 16 bytes
+            lambda x: F.pad(x, (3, 5, 1, 0), value=2.0) * 3, (rnd(R, 4091),))),
         Workload("grid_sample bilinear [16,64,128,128] fp32", lambda: (
             lambda x, g: F.grid_sample(x, g, align_corners=False),
             (rnd(s(16), 64, 128, 128, dtype=torch.float32), torch.rand(s(16), 128, 128, 2, device=device) * 2.2 - 1.1))),
