@@ -207,17 +207,29 @@ def unclamp(idx: sympy.Expr, ranges: dict) -> tuple[sympy.Expr, list]:
             c, u = sorted(e.args, key=lambda a: not a.is_Integer)
             if c.is_Integer and not u.is_Integer:
                 u, c = strip(u), int(c)
-                k, rest = u.as_coeff_Add()
-                if isinstance(e, sympy.Min):
-                    top = upper_bound(u, ranges)
-                    if top is None or top > c:
-                        bounds.append((rest, "<", c + 1 - int(k)))
-                elif not (c <= 0 and u.is_nonnegative):
-                    bounds.append((rest, ">=", c - int(k)))
+                op = "<=" if isinstance(e, sympy.Min) else ">="
+                if not always_holds(u, op, c, ranges):
+                    bounds.append(as_bound(u, op, c))
                 return u
         return e.func(*[strip(a) for a in e.args]) if e.args else e
 
     return strip(idx), bounds
+
+
+def always_holds(u: sympy.Expr, op: str, c: int, ranges: dict) -> bool:
+    """Whether u <= c (op "<=") or u >= c (">=") holds over the loop variables'
+    `ranges`, as far as upper_bound and sympy's signs tell."""
+    if op == "<=":
+        top = upper_bound(u, ranges)
+        return top is not None and top <= c
+    return c <= 0 and bool(u.is_nonnegative)
+
+
+def as_bound(u: sympy.Expr, op: str, c: int) -> tuple:
+    """u <= c or u >= c as an unclamped load's mask term (rest, "<" or ">=", bound),
+    u's constant moved to the bound's side."""
+    k, rest = u.as_coeff_Add()
+    return (rest, "<", c + 1 - int(k)) if op == "<=" else (rest, ">=", c - int(k))
 
 
 def simplify_with_ranges(expr: sympy.Expr, ranges: dict) -> sympy.Expr:

@@ -22,7 +22,7 @@ import sympy
 import torch
 
 from .. import ir
-from ..index import fold_divmod, simplify_with_ranges, unclamp, upper_bound
+from ..index import always_holds, as_bound, fold_divmod, simplify_with_ranges, unclamp, upper_bound
 from ..scheduler import R, X, FusedKernel, Member, online_softmax_sums
 from . import triton_config
 from .common import SCAN_COMBINES, SORTS, kernel_args, member_order
@@ -326,14 +326,15 @@ class TritonKernel:
         if not isinstance(value, (int, float)) or ir.rounded_to(float(value), load.dtype) != value:
             return None
         checks, (_, bounds) = self._index_checks(cond), self._unclamped(load.args[1])
-        if not bounds or checks is None or self._not_given(checks) != self._not_given(bounds):
+        if not bounds or checks is None or checks != {self._canonical(b) for b in bounds}:
             return None
         padded = ir.Expr("load", load.args + (float(value),), load.dtype)
         return padded if picked is load else ir.Expr(picked.op, (padded, *picked.args[1:]), picked.dtype)
 
     def _index_checks(self, cond: ir.Expr) -> set | None:
-        """`cond` as the set of bounds (u, op, c), in unclamp's form, whose
-        conjunction it is; None when it is not index values compared with integers."""
+        """`cond` as the set of mask terms (see unclamp) whose conjunction it is,
+        less those the ranges make true; None when it is not index values
+        compared with integers."""
         if cond.op == "logical_and":
             sides = [self._index_checks(c) for c in cond.args]
             return None if None in sides else sides[0] | sides[1]
@@ -342,19 +343,15 @@ class TritonKernel:
         index, bound = cond.args
         if index.op != "index" or bound.op != "const" or type(bound.args[0]) is not int:
             return None
-        k, u = sympy.expand(self.simplify(index.args[0])).as_coeff_Add()
-        c = bound.args[0] - int(k)
-        return {{"ge": (u, ">=", c), "gt": (u, ">=", c + 1), "lt": (u, "<", c), "le": (u, "<", c + 1)}[cond.op]}
+        u, c = sympy.expand(self.simplify(index.args[0])), bound.args[0]
+        op, c = {"ge": (">=", c), "gt": (">=", c + 1), "lt": ("<=", c - 1), "le": ("<=", c)}[cond.op]
+        return set() if always_holds(u, op, c, {X: self.xnumel, R: self.rnumel}) else {self._canonical(as_bound(u, op, c))}
 
-    def _not_given(self, bounds) -> set:
-        """The bounds (u, op, c) that the ranges of x0 and r0 do not make true."""
-        ranges, out = {X: self.xnumel, R: self.rnumel}, set()
-        for u, op, c in bounds:
-            u = sympy.expand(self.simplify(u))
-            top = upper_bound(u, ranges) if op == "<" else None
-            if not (op == "<" and top is not None and top < c or op == ">=" and c <= 0 and u.is_nonnegative):
-                out.add((u, op, int(c)))
-        return out
+    def _canonical(self, term: tuple) -> tuple:
+        """A mask term (u, op, c) with u simplified and expanded, to compare terms
+        built from the load's index with those built from a check's."""
+        u, op, c = term
+        return sympy.expand(self.simplify(u)), op, int(c)
 
     def _row_invariant(self, s: ir.Expr, v: Value, cse: dict, hoist: Hoist) -> bool:
         """Whether a value inside a loop over r is the same at every r and can be
