@@ -684,11 +684,20 @@ class TritonKernel:
 
     def _render_pointwise(self, body: list[str]):
         body.append(f"    xnumel = {self.xnumel}")
-        body.append(f"    xindex = {self._pid()} * XBLOCK + tl.arange(0, XBLOCK)")
-        if self.need_mask["x"]:
-            body.append("    xmask = xindex < xnumel")
-        body.append("    x0 = xindex")
-        self._straight(body)
+        if not (self.need_mask["x"] and triton_config.masks_last_block_only(self.xnumel, self.plan.configs)):
+            body.append(f"    xindex = {self._pid()} * XBLOCK + tl.arange(0, XBLOCK)")
+            if self.need_mask["x"]:
+                body.append("    xmask = xindex < xnumel")
+            body.append("    x0 = xindex")
+            self._straight(body)
+            return
+        body += [f"    xoffset = {self._pid()} * XBLOCK", "    xindex = xoffset + tl.arange(0, XBLOCK)", "    x0 = xindex"]
+        inner: list[str] = []
+        self._straight(inner)
+        inner = ["    " + line for line in "\n".join(inner).splitlines()]
+        # the same code twice: an all-true mask, which Triton folds away, then the real one
+        body += ["    if xoffset + XBLOCK <= xnumel:", "        xmask = tl.full([XBLOCK], True, tl.int1)", *inner,
+                 "    else:", "        xmask = xindex < xnumel", *inner]
 
     def _render_tiled(self, body: list[str]):
         yn, xn = self.ranges[Y], self.ranges[X]

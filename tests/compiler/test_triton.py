@@ -128,6 +128,30 @@ def test_cat_and_pad_pieces_load_masked_in_vectors(device):
         assert len(loads) == 5 and all(ld.endswith(".v4.b32") for ld in loads), loads
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_odd_length_masks_only_its_last_block(device):
+    """A pointwise kernel whose length is not a multiple of 16 elements runs its
+    full blocks unmasked and masks its last block alone, with the same results:
+    compiled for an H100, the full blocks load and store bf16 in 16-byte vectors,
+    which a mask Triton cannot prove constant over a vector would split into single
+    elements. Short lengths (their launch outweighs their accesses), or multiples
+    of 16, keep one body."""
+    split = "if xoffset + XBLOCK <= xnumel:"
+    cases = [(lambda x: x * 3, rand(301, 303, device=device, dtype=torch.bfloat16)),
+             (lambda x: F.pad(x, (3, 5, 1, 0), value=2.0) * 3, rand(300, 301, device=device)),
+             (lambda x: x.sigmoid() * x, rand(3, 1001, device=device, dtype=torch.bfloat16))]
+    kernels = [check(fn, x).kernels[0] for fn, x in cases]
+    assert [split in k.source for k in kernels] == [True, True, False]
+    assert split not in check(lambda x: x * 3, rand(301, 304, device=device, dtype=torch.bfloat16)).kernels[0].source
+    if device == "cpu":
+        require_compiler_for_h100()
+        kernel = kernels[0]
+        ptx = compile_for_h100(kernel.source, kernel.name, XBLOCK=2048, num_warps=4).asm["ptx"]
+        for access in ("ld", "st"):
+            found = re.findall(rf"{access}\.global[.:\w]*", ptx)
+            assert found.count(f"{access}.global.v4.b32") == 2 and found.count(f"{access}.global.b16") == 16, found
+
+
 def roundings_to_bf16(source: str) -> int:
     """Conversions to bfloat16 in a rendered kernel (the interpreter's own helper on a CPU)."""
     return source.count(".to(tl.bfloat16)") + source.count("_to_bf16(") - source.count("def _to_bf16(")
