@@ -80,8 +80,9 @@ class TritonKernel:
         self.device = self._device()
         self.pdl = triton_config.dependent_launch(self.device)
         # bytes an element of the tensors it streams (a scalar, such as the seed of its random numbers, is not)
-        itemsize = max((buffers[n].dtype.itemsize for n in self.args.all() if n in buffers and buffers[n].numel > 1),
-                       default=4)
+        sizes = [buffers[n].dtype.itemsize for n in self.args.all() if n in buffers and buffers[n].numel > 1]
+        itemsize = max(sizes, default=4)
+        self.narrowest = min(sizes, default=4)
         self.int64 = kernel.xnumel * max(kernel.rnumel, 1) > INT32_LIMIT or any(
             self.buffers[n].numel > INT32_LIMIT for n in self.args.all() if n in self.buffers)
         self.plan = triton_config.plan(kernel, self.device, itemsize, self.int64)
@@ -684,7 +685,7 @@ class TritonKernel:
 
     def _render_pointwise(self, body: list[str]):
         body.append(f"    xnumel = {self.xnumel}")
-        if not (self.need_mask["x"] and triton_config.masks_last_block_only(self.xnumel, self.plan.configs)):
+        if not (self.need_mask["x"] and triton_config.masks_last_block_only(self.xnumel, self.plan.configs, self.narrowest)):
             body.append(f"    xindex = {self._pid()} * XBLOCK + tl.arange(0, XBLOCK)")
             if self.need_mask["x"]:
                 body.append("    xmask = xindex < xnumel")

@@ -3,7 +3,7 @@
 - pointwise: 1-D blocks over the flat index, or 2-D tiles [YBLOCK, XBLOCK] when
   some accesses are contiguous along one dim and others along the other (a
   transpose): Triton then reads and writes both coalesced, through shared memory.
-  Over a length that is not a multiple of 16, only the last 1-D block is masked;
+  Over a length that breaks a 16-byte vector, only the last 1-D block is masked;
 - reductions: persistent (a block holds whole rows) when rows are short, looped
   otherwise; a looped reduction over few rows is split across several programs
   per row, the last one to finish combining their partial results. On a GPU, a
@@ -304,18 +304,19 @@ def _pointwise_configs(xn: int, gpu: bool, itemsize: int, gathers: bool = False)
     return out
 
 
-def masks_last_block_only(xn: int, configs: list) -> bool:
-    """A 1-D kernel over a length that is not a multiple of 16 elements runs its
-    full blocks unmasked and masks only its last one: Triton cannot prove
-    `xindex < xnumel` the same across a 16-byte vector then, so it would load and
-    store every element alone, each thread's at a stride of its elements. H200,
+def masks_last_block_only(xn: int, configs: list, itemsize: int) -> bool:
+    """A 1-D kernel over a length that is not a multiple of a 16-byte vector of its
+    narrowest type (`itemsize`) runs its full blocks unmasked and masks only its
+    last one: Triton cannot prove `xindex < xnumel` the same across such a vector
+    then, so it would load and store in narrower pieces, down to every element
+    alone, each thread's at a stride of its elements. H200,
     per call: bf16 F.pad(x, (3, 5, 1, 0), value=2) * 3 [8192, 4091] 100.6 -> 39.7
     us (Inductor 58.2; bench.gpu --set more); as standalone kernels, bf16 x * 3
     [8193, 4099] 125.4 -> 36.8 (eager 37.5, Inductor 57.4), and fp32 68.2 either
     way, where 16 bytes a thread already stored well masked. Kernels of one block,
     or short enough that their launch outweighs their accesses, keep one body,
     which compiles faster."""
-    return xn % 16 != 0 and xn > MASKED_TAIL_MIN_ELEMENTS and min(c["grid"] for c in configs) > 1
+    return xn % (16 // itemsize) != 0 and xn > MASKED_TAIL_MIN_ELEMENTS and min(c["grid"] for c in configs) > 1
 
 
 def _tiled_configs(yn: int, xn: int, gpu: bool, itemsize: int) -> list:

@@ -130,19 +130,21 @@ def test_cat_and_pad_pieces_load_masked_in_vectors(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_an_odd_length_masks_only_its_last_block(device):
-    """A pointwise kernel whose length is not a multiple of 16 elements runs its
-    full blocks unmasked and masks its last block alone, with the same results:
-    compiled for an H100, the full blocks load and store bf16 in 16-byte vectors,
-    which a mask Triton cannot prove constant over a vector would split into single
-    elements. Short lengths (their launch outweighs their accesses), or multiples
-    of 16, keep one body."""
+    """A pointwise kernel whose length breaks a 16-byte vector of its narrowest
+    type runs its full blocks unmasked and masks its last block alone, with the
+    same results: compiled for an H100, the full blocks load and store bf16 in
+    16-byte vectors, which a mask Triton cannot prove constant over a vector
+    would split into single elements. Short lengths (their launch outweighs their
+    accesses), or lengths of whole vectors, keep one body."""
     split = "if xoffset + XBLOCK <= xnumel:"
     cases = [(lambda x: x * 3, rand(301, 303, device=device, dtype=torch.bfloat16)),
              (lambda x: F.pad(x, (3, 5, 1, 0), value=2.0) * 3, rand(300, 301, device=device)),
              (lambda x: x.sigmoid() * x, rand(3, 1001, device=device, dtype=torch.bfloat16))]
     kernels = [check(fn, x).kernels[0] for fn, x in cases]
     assert [split in k.source for k in kernels] == [True, True, False]
+    # lengths of whole vectors: 8 bfloat16 (91504 = 8 * 11438), 4 float32 (92708 = 4 * 23177)
     assert split not in check(lambda x: x * 3, rand(301, 304, device=device, dtype=torch.bfloat16)).kernels[0].source
+    assert split not in check(lambda x: x * 3, rand(301, 308, device=device)).kernels[0].source
     if device == "cpu":
         require_compiler_for_h100()
         kernel = kernels[0]
