@@ -309,13 +309,12 @@ def masks_last_block_only(xn: int, configs: list, itemsize: int) -> bool:
     narrowest type (`itemsize`) runs its full blocks unmasked and masks only its
     last one: Triton cannot prove `xindex < xnumel` the same across such a vector
     then, so it would load and store in narrower pieces, down to every element
-    alone, each thread's at a stride of its elements. H200,
-    per call: bf16 F.pad(x, (3, 5, 1, 0), value=2) * 3 [8192, 4091] 100.6 -> 39.7
-    us (Inductor 58.2; bench.gpu --set more); as standalone kernels, bf16 x * 3
-    [8193, 4099] 125.4 -> 36.8 (eager 37.5, Inductor 57.4), and fp32 68.2 either
-    way, where 16 bytes a thread already stored well masked. Kernels of one block,
-    or short enough that their launch outweighs their accesses, keep one body,
-    which compiles faster."""
+    alone, each thread's at a stride of its elements. H200, per call: bf16
+    F.pad(x, (3, 5, 1, 0), value=2) * 3 [8192, 4091] 100.6 -> 39.7 us (Inductor
+    58.2; bench.gpu --set more). Standalone kernels of x * 3 [8193, 4099]: bf16
+    125.4 -> 36.8 (eager 37.5, Inductor 57.4); fp32 68.4 -> 68.2 at 4 elements a
+    thread, 93.1 -> 69.0 at 8. Kernels of one block, or short enough that their
+    launch outweighs their accesses, keep one body, which compiles faster."""
     return xn % (16 // itemsize) != 0 and xn > MASKED_TAIL_MIN_ELEMENTS and min(c["grid"] for c in configs) > 1
 
 
