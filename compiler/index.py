@@ -160,6 +160,40 @@ def merge_loops(sizes: list[int], indices: list[sympy.Expr], vars: list[sympy.Sy
     return new_sizes, old_of
 
 
+class IndexMax(sympy.Max):
+    """Max of index expressions without sympy's comparisons of its arguments
+    (factor_terms of their differences), which it makes whenever one is built,
+    each substitution included: they were most of lowering a padded pooling
+    window. Numbers fold, and so does a bound of 0 or less under a nonnegative
+    expression; unclamp strips the rest by the loop's ranges."""
+
+    def __new__(cls, *args, **assumptions):
+        args = [sympy.sympify(a) for a in args]
+        if all(a.is_number for a in args):
+            return sympy.Max(*args)
+        if len(args) == 2:
+            e, c = sorted(args, key=lambda a: a.is_number)
+            if c.is_number and c <= 0 and e.is_nonnegative:
+                return e
+        return sympy.Max.__new__(cls, *args, evaluate=False)
+
+
+class IndexMin(sympy.Min):
+    """Min of index expressions, as IndexMax: numbers fold, the rest is built as is."""
+
+    def __new__(cls, *args, **assumptions):
+        args = [sympy.sympify(a) for a in args]
+        if all(a.is_number for a in args):
+            return sympy.Min(*args)
+        return sympy.Min.__new__(cls, *args, evaluate=False)
+
+
+def clamp(e: sympy.Expr, lo: int | None, hi: int | None) -> sympy.Expr:
+    """max(e, lo) then min(.., hi) (None: no such side), as IndexMax and IndexMin."""
+    e = e if lo is None else IndexMax(e, lo)
+    return e if hi is None else IndexMin(e, hi)
+
+
 def substitute(expr: sympy.Expr, mapping: dict) -> sympy.Expr:
     return sympy.sympify(expr).xreplace(mapping) if mapping else expr
 

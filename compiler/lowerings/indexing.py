@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from .. import ir
 from ..config import config
 from ..graph import Lazy, View, replayable
-from ..index import FloorDiv, contiguous_strides, linear_index, loop_vars, symbol
+from ..index import FloorDiv, clamp, contiguous_strides, linear_index, loop_vars, symbol
 from . import reduction, sorting
 from .registry import Unsupported, broadcast_load, is_tensor, make_pointwise, origins_of, out_val, register, upcast
 
@@ -386,7 +386,7 @@ def _scatter_hits(g, node, x, dim, index, src, rtype):
     short = [d for d in range(x.ndim) if d != dim and index.size[d] < x.size[d]]
 
     def body(idx):
-        at = [sympy.Min(i, index.size[d] - 1) if d in short else i for d, i in enumerate(idx[:-1])]
+        at = [clamp(i, None, index.size[d] - 1) if d in short else i for d, i in enumerate(idx[:-1])]
         at[dim] = idx[-1]
         hit = ir.op("eq", _checked(index.load(at), x.size[dim], wraps=False), ir.index_value(idx[dim]), dtype=torch.bool)
         for d in short:

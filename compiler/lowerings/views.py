@@ -10,7 +10,7 @@ import torch
 
 from .. import ir
 from ..graph import Lazy, View
-from ..index import FloorDiv, ModularIndexing, contiguous_strides, linear_index, unflatten
+from ..index import FloorDiv, ModularIndexing, clamp, contiguous_strides, linear_index, unflatten
 from .registry import Unsupported, is_tensor, make_pointwise, origins_of, out_val, register, upcast
 
 aten = torch.ops.aten
@@ -270,7 +270,7 @@ def _joined(g, node, tensors, dim, dtype):
         result = None
         for t, off in reversed(list(zip(tensors, offsets))):
             local = list(idx)
-            local[dim] = sympy.Min(sympy.Max(idx[dim] - off, 0), t.size[dim] - 1)
+            local[dim] = clamp(idx[dim] - off, 0, t.size[dim] - 1)
             v = ir.cast(t.load(local), cdt)
             if result is None:
                 result = v
@@ -302,7 +302,7 @@ def constant_pad_nd(g, node, x, pad, value=0):
                 local.append(idx[d])
                 continue
             # an in-bounds (clamped) load; the padding positions discard it
-            local.append(sympy.Min(sympy.Max(src, 0), x.size[d] - 1) if x.size[d] > 0 else 0)
+            local.append(clamp(src, 0, x.size[d] - 1) if x.size[d] > 0 else 0)
             i = ir.index_value(src)
             conds.append(ir.op("ge", i, ir.const(0, torch.int64), dtype=torch.bool))
             conds.append(ir.op("lt", i, ir.const(x.size[d], torch.int64), dtype=torch.bool))
@@ -337,8 +337,8 @@ def slice_scatter(g, node, x, src, dim=0, start=None, end=None, step=1):
     def body(idx):
         i = idx[dim]
         local = list(idx)
-        offset = sympy.Max(i - start, 0)
-        local[dim] = sympy.Min(offset if step == 1 else FloorDiv(offset, step), count - 1)
+        offset = clamp(i - start, 0, None)
+        local[dim] = clamp(offset if step == 1 else FloorDiv(offset, step), None, count - 1)
         pos = ir.index_value(i)
         conds = [ir.op("ge", pos, ir.const(start, torch.int64), dtype=torch.bool),
                  ir.op("le", pos, ir.const(last, torch.int64), dtype=torch.bool)]

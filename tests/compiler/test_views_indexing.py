@@ -178,6 +178,22 @@ def test_cat_stack_pad(check_compiled, dtype):
     no_fallbacks(cap)
 
 
+def test_clamped_indices_fold_only_what_is_cheap_to_know():
+    """The clamps of cat, pad and slice_scatter (compiler.index.clamp) fold numbers,
+    substituted ones too, and a floor of 0 under a nonnegative index; any other
+    clamp is built as is (sympy's Min and Max compare their arguments symbolically
+    whenever one is built), and unclamp turns it into the mask of the load."""
+    from compiler.index import IndexMax, IndexMin, clamp, symbol, unclamp
+
+    x = symbol("x0")
+    c = clamp(x - 1, 0, 9)
+    assert isinstance(c, IndexMin) and any(isinstance(a, IndexMax) for a in c.args)
+    assert [c.xreplace({x: v}) for v in (0, 5, 20)] == [0, 4, 9]
+    assert clamp(x, 0, 9) == IndexMin(x, 9) and clamp(x + 3, -2, None) == x + 3
+    assert clamp(7, 0, 5) == 5 and clamp(-3, 0, None) == 0
+    assert unclamp(c, {x: 30}) == (x - 1, [(x, ">=", 1), (x, "<", 11)])
+
+
 def test_an_unrolled_loop_of_a_hundred_steps(check_compiled):
     """A loop unrolled 100 times whose every step is stacked (an RNN's outputs):
     its chain of values is stored every so often and its stack built in groups,
