@@ -164,8 +164,9 @@ class IndexMax(sympy.Max):
     """Max of index expressions without sympy's comparisons of its arguments
     (factor_terms of their differences), which it makes whenever one is built,
     each substitution included: they were most of lowering a padded pooling
-    window. Numbers fold, and so does a bound of 0 or less under a nonnegative
-    expression; unclamp strips the rest by the loop's ranges."""
+    window. Numbers fold, and so does a bound that always_holds without the
+    loop's ranges (0 or less under a nonnegative expression); unclamp strips the
+    rest by the ranges."""
 
     def __new__(cls, *args, **assumptions):
         args = [sympy.sympify(a) for a in args]
@@ -173,7 +174,7 @@ class IndexMax(sympy.Max):
             return sympy.Max(*args)
         if len(args) == 2:
             e, c = sorted(args, key=lambda a: a.is_number)
-            if c.is_number and c <= 0 and e.is_nonnegative:
+            if c.is_number and always_holds(e, ">=", c, {}):
                 return e
         return sympy.Max.__new__(cls, *args, evaluate=False)
 
