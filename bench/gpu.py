@@ -310,6 +310,10 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
             lambda x, h: m(x + F.dropout(h, 0.1, training=True)), (rnd(R, C), rnd(R, C))))(ln()), random=True),
         Workload("permute_copy [8,2048,32,128] bf16", lambda: (
             lambda x: x.permute(0, 2, 1, 3).contiguous(), (rnd(8, s(2048), 32, 128),))),
+        Workload("x.t() * 2 [1024,65537] bf16", lambda: (  # the output keeps x's strides: both walks transposed
+            lambda x: x.t() * 2, (rnd(s(1024), 65537),))),
+        Workload("bias_relu channels_last [32,256,56,56] bf16", lambda: (  # a CNN's activation, NHWC
+            lambda x, b: (x + b.view(1, -1, 1, 1)).relu(), (rnd(s(32), 256, 56, 56).to(memory_format=torch.channels_last), rnd(256)))),
         Workload("batch_norm train [32,256,56,56] fp32", lambda: (
             nn.BatchNorm2d(256).to(device).train(), (rnd(s(32), 256, 56, 56, dtype=torch.float32),))),
         Workload("max_pool2d 3x3 s2 [32,64,112,112] bf16", lambda: (

@@ -9,13 +9,18 @@ import sympy
 import torch
 
 from .. import ir
-from ..scheduler import FusedKernel
+from ..index import FloorDiv, ModularIndexing, simplify_with_ranges, symbol
+from ..scheduler import X, FusedKernel
 
 # kernel names hold at most this many op names, as TorchInductor's do
 MAX_NAME_OPS = 6
 # binary ops that C++ and Triton both write as an infix operator
 INFIX_OPS = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
              "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+TILE_MIN = 16  # both dims of a 2-D tile at least this long
+Y = symbol("y0")  # the outer dim of a pointwise kernel's flat x0 = n * y0 + x0 (choose_layout)
 
 
 # a scan's combine of its running value and the next one, by the name of its function
@@ -126,3 +131,102 @@ def flat_index_ranges(kernel: FusedKernel) -> dict:
 
 def free_loop_symbols(expr: sympy.Expr) -> set:
     return {s for s in expr.free_symbols if s.name[0] in "xr"}
+
+
+# -- how a pointwise kernel walks memory -------------------------------------------------------
+
+
+def choose_layout(kernel: FusedKernel) -> tuple[str, object] | None:
+    """How a pointwise kernel walks its flat x0 where the logical order (its outputs'
+    sizes, row-major) would walk some access with a stride:
+    - ("tile", n): 2-D tiles over x0 = n * y0 + x0 when some accesses are contiguous
+      along y0 and others along x0 (a transpose), all of them affine in both: Triton
+      reads and writes each coalesced, through shared memory;
+    - ("order", dims): 1-D blocks over the flat index taken in another order of the
+      dims into which the indices split x0, where more accesses are contiguous along
+      its innermost dim than along the logical one (x.t() * 2 or a channels-last
+      relu, whose outputs keep their inputs' strides): `dims` gives each dim's size
+      and stride in x0, outer to inner (see in_order); where no such order is
+      affine in them, 2-D tiles as above;
+    None when the logical order is as good."""
+    indices = walking_indices(kernel)
+    splits = set()
+    for idx in indices:
+        for f in idx.atoms(FloorDiv, ModularIndexing):
+            if X not in f.free_symbols:
+                continue
+            if isinstance(f, FloorDiv):
+                splits.add(int(f.args[1]))
+            else:
+                splits |= {int(f.args[1]), int(f.args[1] * f.args[2])}
+    xn = kernel.xnumel
+    transposed = None  # the first tiling under which every access is transposed
+    for n in sorted(splits):
+        if n < TILE_MIN or xn % n or xn // n < TILE_MIN:
+            continue
+        ranges = {Y: xn // n, X: n}
+        walks = [simplify_with_ranges(idx.xreplace({X: n * Y + X}), ranges) for idx in indices]
+        if any(f.free_symbols & {X, Y} for e in walks for f in e.atoms(FloorDiv, ModularIndexing)):
+            continue
+        along_y = any(e.coeff(Y) == 1 and e.coeff(X) not in (0, 1) for e in walks)
+        # an access constant along y0 (a broadcast row) reads one line again and again
+        along_x = any(e.coeff(X) == 1 and e.coeff(Y) != 0 for e in walks)
+        if along_y and along_x:
+            return "tile", n
+        if along_y:
+            transposed = transposed or n
+    # a scatter keeps its logical order: the C++ one adds on one thread in eager's order
+    dims = None if kernel.is_scatter else _memory_order(indices, splits, xn)
+    if dims:
+        return "order", dims
+    return ("tile", transposed) if transposed else None
+
+
+def _memory_order(indices: list, splits: set, xn: int) -> tuple | None:
+    """The order of dims (size, stride in x0), outer to inner, that walks the most
+    accesses contiguously (see choose_layout); None when the logical order does as well,
+    or an index is not affine in the dims."""
+    bounds = sorted({1, xn} | {s for s in splits if s < xn})
+    if len(bounds) < 3 or any(hi % lo for lo, hi in zip(bounds, bounds[1:])):
+        return None
+    dims = [symbol(f"t{k}") for k in range(len(bounds) - 1)]  # the logical innermost first
+    ranges = {d: hi // lo for d, lo, hi in zip(dims, bounds, bounds[1:])}
+    flat = sympy.Add(*[d * lo for d, lo in zip(dims, bounds)])
+    walks = [simplify_with_ranges(idx.xreplace({X: flat}), ranges) for idx in indices]
+    if any(f.free_symbols & set(dims) for e in walks for f in e.atoms(FloorDiv, ModularIndexing)):
+        return None
+    # only accesses along every dim vote: one constant along some dim (a broadcast, a
+    # cat's narrow piece) reads a buffer smaller than the walk, which the caches hold
+    full = [e for e in walks if all(e.coeff(d) != 0 for d in dims)]
+    contiguous = {d: sum(e.coeff(d) == 1 for e in full) for d in dims}
+    inner = max(dims, key=contiguous.get)  # a tie keeps the logical innermost
+    if contiguous[inner] <= contiguous[dims[0]]:
+        return None
+    lead = next(e for e in full if e.coeff(inner) == 1)
+    # outer to inner as the lead access lays them out (a flip's dims by their strides' size)
+    others = sorted((d for d in dims if d != inner), key=lambda d: (-abs(lead.coeff(d)), -dims.index(d)))
+    return tuple((ranges[d], bounds[dims.index(d)]) for d in [*others, inner])
+
+
+def in_order(dims: tuple) -> sympy.Expr:
+    """The logical flat x0 at position x0 of a walk over `dims` (choose_layout's
+    (size, stride) pairs, outer to inner)."""
+    out, inner = sympy.Integer(0), 1
+    for k, (size, stride) in enumerate(reversed(dims)):
+        outer = k == len(dims) - 1
+        out += stride * (FloorDiv(X, inner) if outer else ModularIndexing(X, inner, size))
+        inner *= size
+    return out
+
+
+def walking_indices(kernel: FusedKernel, var=X) -> list:
+    """The index of each store and of each direct load from outside, where it walks `var`."""
+    out = [sympy.expand(m.store_index) for m in kernel.members if m.stored]
+    out += [sympy.expand(e.args[1]) for e in external_loads(kernel) if not e.args[2]]
+    return [i for i in out if var in i.free_symbols]
+
+
+def external_loads(kernel: FusedKernel) -> list:
+    """The kernel's loads of buffers it does not compute itself."""
+    names = {m.node.name for m in kernel.members}
+    return [e for m in kernel.members for e in m.value.walk() if e.op == "load" and e.args[0] not in names]

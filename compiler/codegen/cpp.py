@@ -16,7 +16,7 @@ from sympy.printing.c import C99CodePrinter
 from .. import ir
 from ..index import FloorDiv, ModularIndexing, simplify_with_ranges, symbol
 from ..scheduler import R, X, FusedKernel, Member, layout_deciding
-from .common import INFIX_OPS, SCAN_COMBINES, SORTS, kernel_args, member_order
+from .common import INFIX_OPS, SCAN_COMBINES, SORTS, choose_layout, kernel_args, member_order
 
 CTYPE = {
     torch.float32: "float",
@@ -531,6 +531,7 @@ class CppKernel:
         self.tmp = 0
         self.row_vars: dict[str, str] = {}  # row / reduction member -> its scalar
         self.members = {m.node.name: m for m in kernel.members}
+        self.order = ()  # the dims of a walk in memory order (see _nest)
         self.nest = self._nest()
         self.block = 0  # > 0: a blocked reduction over that many lanes xi of the innermost x
         self.r_loop = False  # rendering the body of a loop over r (of one row x)
@@ -539,7 +540,14 @@ class CppKernel:
 
     # -- loop structure --------------------------------------------------------
     def _nest(self) -> list[int]:
-        """Outer loop sizes: the first reduction's (or the first member's) own loops."""
+        """Outer loop sizes: the first reduction's (or the first member's) own loops;
+        a pointwise kernel whose accesses are all transposed alike walks them in
+        memory order (common.choose_layout)."""
+        if not self.k.is_reduction and not self.k.is_scan:
+            layout = choose_layout(self.k)
+            if layout and layout[0] == "order":
+                self.order = layout[1]
+                return [size for size, _ in self.order]
         lead = next((m for m in self.k.members if m.role == "reduction"), self.k.members[0])
         sizes = lead.node.sizes if math.prod(lead.node.sizes) == self.k.xnumel else [self.k.xnumel]
         return [s for s in sizes if s != 1] or [1]
@@ -548,6 +556,8 @@ class CppKernel:
         """Member values use the flat x0; rewrite them in the nest's variables."""
         nv = [symbol(f"x{k}") for k in range(len(self.nest))]
         strides = [math.prod(self.nest[k + 1 :]) for k in range(len(self.nest))]
+        if self.order:  # the dims in memory order, each with its stride in the logical x0
+            strides = [stride for _, stride in self.order]
         flat = sympy.Add(*[v * s for v, s in zip(nv, strides)])
         ranges = dict(zip(nv, self.nest))
         ranges[R] = max(self.k.rnumel, 1)

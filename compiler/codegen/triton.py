@@ -4,7 +4,8 @@ holds META (launch configurations, argument and workspace specs) for the runtime
 How the kernel maps onto programs comes from triton_config.plan:
 - pointwise: 1-D blocks over the flat x0 (contiguous accesses print as `x0`,
   which Triton vectorizes), or 2-D tiles (y0, x0) when a transpose would make
-  1-D accesses uncoalesced;
+  1-D accesses uncoalesced (or, when all of them are transposed, 1-D blocks
+  over the flat x0 taken in their memory order);
 - reductions: blocks [XBLOCK, RBLOCK]. Persistent: whole rows in registers, every
   phase straight-line code, so a row is read once however many passes the C++
   makes. Looped: one pass over r per phase, like the C++ backend. Split: a
@@ -25,11 +26,10 @@ from .. import ir
 from ..index import always_holds, as_bound, fold_divmod, simplify_with_ranges, unclamp, upper_bound
 from ..scheduler import R, X, FusedKernel, Member, online_softmax_sums
 from . import triton_config
-from .common import SCAN_COMBINES, SORTS, kernel_args, member_order
+from .common import SCAN_COMBINES, SORTS, Y, external_loads, in_order, kernel_args, member_order
 from .triton_ops import (FP32_HELPERS, REDUCTION_INIT, TL_DTYPE, binary, helper_sources, literal, takes_tensors_only,
                          texpr, unary)
 
-Y = triton_config.Y
 INT32_LIMIT = 2**31 - 1
 # rows walked from their 16-byte boundary (_row_shift) more than once run faster
 # in steps of at most this many (H200, [2048, 50257] per call: softmax fp32 4096:
@@ -104,8 +104,8 @@ class TritonKernel:
             self.dim_of = {Y: "x", X: "r"}
             self.blocks, self.masks = ("YBLOCK", "XBLOCK"), ("ymask", "xmask")
             numels = (self.xnumel // n, n)
-        else:
-            self.sub = {}
+        else:  # a transposed order: see common.choose_layout
+            self.sub = {X: in_order(self.plan.order)} if self.plan.order else {}
             self.ranges = {X: self.xnumel, R: self.rnumel}
             self.dim_of = {X: "x", R: "r"}
             self.blocks, self.masks = ("XBLOCK", "RBLOCK"), ("xmask", "rmask")
@@ -153,7 +153,7 @@ class TritonKernel:
 
     def _accesses(self) -> list[tuple[sympy.Expr, int, tuple]]:
         """(index, itemsize, indirect) of each load from outside the kernel and each store."""
-        out = [(e.args[1], self._itemsize(e.args[0]), e.args[2]) for e in triton_config.external_loads(self.k)]
+        out = [(e.args[1], self._itemsize(e.args[0]), e.args[2]) for e in external_loads(self.k)]
         return out + [(m.store_index, m.node.buffer.dtype.itemsize, ()) for m in self.k.members if m.stored]
 
     def _row_shift(self) -> tuple[int, int]:
@@ -268,9 +268,16 @@ class TritonKernel:
         return frozenset(axes)
 
     def simplify(self, idx: sympy.Expr) -> sympy.Expr:
+        """An index in the kernel's flat x0 (and r0), in the variables its blocks walk
+        (a tile's y0 and x0, a transposed order's x0), simplified."""
         e = sympy.sympify(idx)
         if self.sub:
             e = e.xreplace(self.sub)
+        return self.reduce(e)
+
+    def reduce(self, e: sympy.Expr) -> sympy.Expr:
+        """An index already in the walked variables (simplify's), simplified again: a
+        second substitution would walk a tile's or an order's variables once more."""
         return fold_divmod(simplify_with_ranges(e, self.ranges))
 
     def emit(self, e: ir.Expr, cse: dict, out: list[str], indent: str, hoist: Hoist | None = None) -> Value:
@@ -352,7 +359,7 @@ class TritonKernel:
         """A mask term (u, op, c) with u simplified and expanded, to compare terms
         built from the load's index with those built from a check's."""
         u, op, c = term
-        return sympy.expand(self.simplify(u)), op, int(c)
+        return sympy.expand(self.reduce(u)), op, int(c)
 
     def _row_invariant(self, s: ir.Expr, v: Value, cse: dict, hoist: Hoist) -> bool:
         """Whether a value inside a loop over r is the same at every r and can be
@@ -439,10 +446,11 @@ class TritonKernel:
         dim take consecutive numbers, one or two each (a 1-D block at offsets step * x0
         + c, or the rows of a reduction's [XBLOCK, RBLOCK] block, each row starting a
         Philox counter): one Philox call for every 4 numbers (_philox_words), not one
-        for each. A tile, a shifted row or numbers in another order take _philox."""
+        for each. A tile, a transposed order, a shifted row or numbers in another
+        order take _philox."""
         offset = s.args[1]
         along, block = (R, "RBLOCK") if self.reduction else (X, "XBLOCK")
-        if offset.op != "index" or self.tiled or self.shift or any(c[block] % 4 for c in self.plan.configs):
+        if offset.op != "index" or self.sub or self.shift or any(c[block] % 4 for c in self.plan.configs):
             return None
         idx = sympy.expand(self.simplify(offset.args[0]))
         step = idx.coeff(along)
@@ -489,7 +497,7 @@ class TritonKernel:
             return idx, []
         unclamped, bounds = unclamp(idx, {X: self.xnumel, R: self.rnumel})
         if unclamped != idx:  # the clamps hid divisions and remainders that now fold (a padded read: x0 + c)
-            idx = self.simplify(unclamped)
+            idx = self.reduce(unclamped)
         return idx, bounds
 
     def _load(self, s: ir.Expr, cse: dict) -> Value:
@@ -635,6 +643,7 @@ class TritonKernel:
             rnumel=self.rnumel,
             persistent=self.plan.persistent,
             tile=self.plan.tile,
+            order=self.plan.order,
             split=self.split,
             device=self.device.type,
             configs=self.plan.configs,
@@ -655,7 +664,7 @@ class TritonKernel:
         Plan.gathers) that writes only what it does not read, so launching it again
         gives the same result (triton_build also checks that no two tensors share
         memory)."""
-        read = {e.args[0] for e in triton_config.external_loads(self.k)}
+        read = {e.args[0] for e in external_loads(self.k)}
         return (self.plan.gathers and not self.workspace and not self.k.is_scatter
                 and not read & set(self.args.outputs))
 

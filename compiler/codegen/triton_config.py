@@ -3,6 +3,8 @@
 - pointwise: 1-D blocks over the flat index, or 2-D tiles [YBLOCK, XBLOCK] when
   some accesses are contiguous along one dim and others along the other (a
   transpose): Triton then reads and writes both coalesced, through shared memory.
+  When every access is transposed alike (an output that keeps its input's
+  strides), the 1-D blocks take the flat index in that order instead.
   Over a length that breaks a 16-byte vector, only the last 1-D block is masked;
 - reductions: persistent (a block holds whole rows) when rows are short, looped
   otherwise; a looped reduction over few rows is split across several programs
@@ -24,10 +26,10 @@ import torch
 
 from .. import ir
 from ..config import config
-from ..index import FloorDiv, ModularIndexing, fold_divmod, simplify_with_ranges, symbol, unclamp, upper_bound
+from ..index import fold_divmod, simplify_with_ranges, unclamp, upper_bound
 from ..runtime.triton_build import interpreting
 from ..scheduler import R, X, FusedKernel, layout_deciding
-from .common import SORTS
+from .common import SORTS, choose_layout, external_loads, walking_indices
 
 SM_COUNT = 132  # H100 / H200
 AUTOTUNE_MIN_ELEMENTS = 1 << 22  # smaller kernels run their first guess
@@ -106,12 +108,10 @@ SPLIT_WARPS_PER_SM = 32  # of the SM_MAX_WARPS
 # 13.3. Untuned, it compiles once (for sm_90 here, softmax(0)'s kernel: 0.28 s, 0.44
 # at 4 warps)
 OUTER_WARPS = 8
-TILE_MIN = 16  # both dims of a 2-D tile at least this long
 # a cooperative program's first-guess slice of its row
 COOP_SLICE_BYTES = 16 << 10
 COOP_MAX_ROWS = 8
 COOP_MIN_RNUMEL = 1 << 16
-Y = symbol("y0")
 
 
 def dependent_launch(device: torch.device) -> bool:
@@ -141,6 +141,7 @@ class Plan:
     reduction: bool
     persistent: bool = False
     tile: int | None = None  # pointwise 2-D: the flat x0 is tile * y0 + x0
+    order: tuple | None = None  # pointwise 1-D: the flat index walked in another order (common.choose_layout)
     split: int = 1  # reductions: programs per block of rows
     coop: bool = False  # reductions: a row's programs meet at barriers (see the module doc)
     window: bool = False  # reductions: windows slid by one, a step per window element (slides_by_one)
@@ -175,9 +176,9 @@ def _plan(kernel: FusedKernel, gpu: bool, itemsize: int, int64: bool, gathers: b
     reduction = any(m.role == "reduction" for m in kernel.members)
     xn = kernel.xnumel
     if not reduction:
-        tile = choose_tile(kernel)
-        p = Plan(False, tile=tile)
-        p.configs = _tiled_configs(xn // tile, tile, gpu, itemsize) if tile else _pointwise_configs(xn, gpu, itemsize, gathers)
+        layout, how = choose_layout(kernel) or (None, None)
+        p = Plan(False, tile=how if layout == "tile" else None, order=how if layout == "order" else None)
+        p.configs = _tiled_configs(xn // how, how, gpu, itemsize) if p.tile else _pointwise_configs(xn, gpu, itemsize, gathers)
         return p
     rn = max(kernel.rnumel, 1)
     inner = reduces_contiguous(kernel)
@@ -327,52 +328,12 @@ def _tiled_configs(yn: int, xn: int, gpu: bool, itemsize: int) -> list:
         return [cfg(64, 64, 1)]
     out = [cfg(64, 64, 8)]
     if yn * xn >= AUTOTUNE_MIN_ELEMENTS:
-        out += [cfg(32, 32, 4), cfg(32, 128, 8)]
+        # tall tiles won over odd sizes, whose rows no vector can read (H200, us per call,
+        # 64x64x8 / 128x32x4 / 256x16x4: x.t() + y [4099, 4097] bf16 43.1 / 40.6 / 39.8,
+        # fp32 63.5 / 64.6 / 61.7); 32x128x8 over x.t().contiguous() [4097, 4099] (fp32
+        # 49.2 against 44.2); 32x32x4 won none of eight transposes
+        out += [cfg(128, 32, 4), cfg(256, 16, 4), cfg(32, 128, 8)]
     return out
-
-
-def choose_tile(kernel: FusedKernel) -> int | None:
-    """The inner size n of a 2-D tiling x0 = n * y0 + x0 under which every access is
-    affine and some are contiguous along y0 (transposed: the flat x0 would walk
-    them with a stride); None when 1-D is as good."""
-    indices = _indices(kernel)
-    candidates = set()
-    for idx in indices:
-        for f in idx.atoms(FloorDiv, ModularIndexing):
-            if X not in f.free_symbols:
-                continue
-            if isinstance(f, FloorDiv):
-                candidates.add(int(f.args[1]))
-            else:
-                candidates |= {int(f.args[1]), int(f.args[1] * f.args[2])}
-    xn = kernel.xnumel
-    for n in sorted(candidates):
-        if n < TILE_MIN or xn % n or xn // n < TILE_MIN:
-            continue
-        ranges = {Y: xn // n, X: n}
-        along_y = False
-        for idx in indices:
-            e = simplify_with_ranges(idx.xreplace({X: n * Y + X}), ranges)
-            if any(f.free_symbols & {X, Y} for f in e.atoms(FloorDiv, ModularIndexing)):
-                break
-            along_y |= e.coeff(Y) == 1 and e.coeff(X) not in (0, 1)
-        else:
-            if along_y:
-                return n
-    return None
-
-
-def _indices(kernel: FusedKernel, var=X) -> list:
-    """The index of each store and of each direct load from outside, where it walks `var`."""
-    out = [sympy.expand(m.store_index) for m in kernel.members if m.stored]
-    out += [sympy.expand(e.args[1]) for e in external_loads(kernel) if not e.args[2]]
-    return [i for i in out if var in i.free_symbols]
-
-
-def external_loads(kernel: FusedKernel) -> list:
-    """The kernel's loads of buffers it does not compute itself."""
-    names = {m.node.name for m in kernel.members}
-    return [e for m in kernel.members for e in m.value.walk() if e.op == "load" and e.args[0] not in names]
 
 
 # -- reductions -----------------------------------------------------------------------------------
@@ -387,7 +348,7 @@ def _row_indices(kernel: FusedKernel) -> list | None:
     """The index of each access along r; None when one is indirect."""
     if any(e.args[2] and R in sympy.expand(e.args[1]).free_symbols for e in external_loads(kernel)):
         return None
-    return _indices(kernel, R)
+    return walking_indices(kernel, R)
 
 
 def row_stride(kernel: FusedKernel, indices: list | None) -> int | None:
