@@ -16,7 +16,7 @@ from sympy.printing.c import C99CodePrinter
 from .. import ir
 from ..index import FloorDiv, ModularIndexing, simplify_with_ranges, symbol
 from ..scheduler import R, X, FusedKernel, Member, layout_deciding
-from .common import INFIX_OPS, SCAN_COMBINES, SORTS, choose_layout, kernel_args, member_order
+from .common import INFIX_OPS, SCAN_COMBINES, SORTS, choose_layout, kernel_args, member_order, walking_indices
 
 CTYPE = {
     torch.float32: "float",
@@ -33,6 +33,7 @@ CTYPE = {
 
 # elements below which a kernel runs on one thread (a parallel region costs microseconds)
 PARALLEL_MIN_ELEMENTS = 32768
+CPP_TILE = 32  # a transpose's blocks are this many elements a side
 TRIG_FLAG = "fusion_trig_out"  # set by fusion_sinf/cosf where an argument needs libm's
 
 # glibc's libmvec vector variants (2.35+ has all of these; 2.22 the first five)
@@ -532,6 +533,7 @@ class CppKernel:
         self.row_vars: dict[str, str] = {}  # row / reduction member -> its scalar
         self.members = {m.node.name: m for m in kernel.members}
         self.order = ()  # the dims of a walk in memory order (see _nest)
+        self.tiled = ""  # a transpose walked in square blocks: "x" or "y", its inner loop's dim (see _nest)
         self.nest = self._nest()
         self.block = 0  # > 0: a blocked reduction over that many lanes xi of the innermost x
         self.r_loop = False  # rendering the body of a loop over r (of one row x)
@@ -548,6 +550,15 @@ class CppKernel:
             if layout and layout[0] == "order":
                 self.order = layout[1]
                 return [size for size, _ in self.order]
+            if layout and layout[0] == "tile" and not self.k.is_scatter:
+                n = layout[1]
+                y, x = symbol("x0"), symbol("x1")
+                walks = [simplify_with_ranges(i.xreplace({X: n * y + x}), {y: self.k.xnumel // n, x: n})
+                         for i in walking_indices(self.k)]
+                # blocks of x0 = n * y0 + x0 (see _tile_loops_open), the inner loop along y0
+                # where more accesses are contiguous that way (an output that keeps x.t()'s strides)
+                self.tiled = "y" if sum(e.coeff(y) == 1 for e in walks) > sum(e.coeff(x) == 1 for e in walks) else "x"
+                return [self.k.xnumel // n, n]
         lead = next((m for m in self.k.members if m.role == "reduction"), self.k.members[0])
         sizes = lead.node.sizes if math.prod(lead.node.sizes) == self.k.xnumel else [self.k.xnumel]
         return [s for s in sizes if s != 1] or [1]
@@ -698,6 +709,8 @@ class CppKernel:
     def _loops_open(self, body, parallel, simd_inner: bool) -> str:
         """Open the outer loop nest: the outermost loops in parallel, the
         innermost vectorized (or stepping over blocks of lanes). Returns the indent inside it."""
+        if self.tiled:
+            return self._tile_loops_open(body, parallel)
         depth = len(self.nest)
         indent = "    "
         for d, size in enumerate(self.nest):
@@ -725,8 +738,26 @@ class CppKernel:
             indent += "    "
         return indent
 
+    def _tile_loops_open(self, body, parallel) -> str:
+        """A transpose's nest [y0, x0] in blocks of CPP_TILE x CPP_TILE: the rows of
+        a block read the lines of its transposed accesses again from L1, where whole
+        rows of x0 would have left them."""
+        b = CPP_TILE
+        trig = f" reduction(|:{TRIG_FLAG})" if self.fast_trig else ""
+        if parallel:
+            body.append(f"    #pragma omp parallel for collapse(2){trig}")
+        body += [f"    for (int64_t x0b = 0; x0b < {self.nest[0]}; x0b += {b})", "    {",
+                 f"        for (int64_t x1b = 0; x1b < {self.nest[1]}; x1b += {b})", "        {"]
+        outer, inner = (1, 0) if self.tiled == "y" else (0, 1)
+        for d, indent in ((outer, "            "), (inner, "                ")):
+            if d == inner:
+                body.append(f"{indent}#pragma omp simd{trig}")
+            end = f"x{d}b + {b} < {self.nest[d]} ? x{d}b + {b} : {self.nest[d]}"
+            body += [f"{indent}for (int64_t x{d} = x{d}b; x{d} < ({end}); x{d}++)", indent + "{"]
+        return " " * 20
+
     def _loops_close(self, body):
-        for d in reversed(range(len(self.nest))):
+        for d in reversed(range(4 if self.tiled else len(self.nest))):
             body.append("    " * (d + 1) + "}")
 
     def _render_pointwise(self, body, parallel):
