@@ -164,8 +164,7 @@ def choose_layout(kernel: FusedKernel) -> tuple[str, object] | None:
     for n in sorted(splits):
         if n < TILE_MIN or xn % n or xn // n < TILE_MIN:
             continue
-        ranges = {Y: xn // n, X: n}
-        walks = [simplify_with_ranges(idx.xreplace({X: n * Y + X}), ranges) for idx in indices]
+        walks = tile_walks(indices, n, xn)
         if any(f.free_symbols & {X, Y} for e in walks for f in e.atoms(FloorDiv, ModularIndexing)):
             continue
         along_y = any(e.coeff(Y) == 1 and e.coeff(X) not in (0, 1) for e in walks)
@@ -180,6 +179,11 @@ def choose_layout(kernel: FusedKernel) -> tuple[str, object] | None:
     if dims:
         return "order", dims
     return ("tile", transposed) if transposed else None
+
+
+def tile_walks(indices: list, n: int, xn: int) -> list:
+    """The indices in the 2-D tiling x0 = n * y0 + x0 (see choose_layout), simplified."""
+    return [simplify_with_ranges(idx.xreplace({X: n * Y + X}), {Y: xn // n, X: n}) for idx in indices]
 
 
 def _memory_order(indices: list, splits: set, xn: int) -> tuple | None:

@@ -16,7 +16,7 @@ from sympy.printing.c import C99CodePrinter
 from .. import ir
 from ..index import FloorDiv, ModularIndexing, simplify_with_ranges, symbol
 from ..scheduler import R, X, FusedKernel, Member, layout_deciding
-from .common import INFIX_OPS, SCAN_COMBINES, SORTS, choose_layout, kernel_args, member_order, walking_indices
+from .common import INFIX_OPS, SCAN_COMBINES, SORTS, Y, choose_layout, kernel_args, member_order, tile_walks, walking_indices
 
 CTYPE = {
     torch.float32: "float",
@@ -552,12 +552,10 @@ class CppKernel:
                 return [size for size, _ in self.order]
             if layout and layout[0] == "tile" and not self.k.is_scatter:
                 n = layout[1]
-                y, x = symbol("x0"), symbol("x1")
-                walks = [simplify_with_ranges(i.xreplace({X: n * y + x}), {y: self.k.xnumel // n, x: n})
-                         for i in walking_indices(self.k)]
+                walks = tile_walks(walking_indices(self.k), n, self.k.xnumel)
                 # blocks of x0 = n * y0 + x0 (see _tile_loops_open), the inner loop along y0
                 # where more accesses are contiguous that way (an output that keeps x.t()'s strides)
-                self.tiled = "y" if sum(e.coeff(y) == 1 for e in walks) > sum(e.coeff(x) == 1 for e in walks) else "x"
+                self.tiled = "y" if sum(e.coeff(Y) == 1 for e in walks) > sum(e.coeff(X) == 1 for e in walks) else "x"
                 return [self.k.xnumel // n, n]
         lead = next((m for m in self.k.members if m.role == "reduction"), self.k.members[0])
         sizes = lead.node.sizes if math.prod(lead.node.sizes) == self.k.xnumel else [self.k.xnumel]
