@@ -277,7 +277,8 @@ def simplify_with_ranges(expr: sympy.Expr, ranges: dict) -> sympy.Expr:
         b = upper_bound(keep, ranges)
         if b is not None and 0 <= b < d:
             return sympy.Add(*[t / d for t in drop]) if drop else sympy.Integer(0)
-        return FloorDiv(a, d)
+        above = _above(a, d, ranges)
+        return fdiv(*above) if above else FloorDiv(a, d)
 
     def mod(a, div, m):
         a, div, m = sympy.expand(a), int(div), int(m)
@@ -285,6 +286,9 @@ def simplify_with_ranges(expr: sympy.Expr, ranges: dict) -> sympy.Expr:
         b = upper_bound(keep, ranges)
         if b is not None and 0 <= b < div * m:
             return fdiv(keep, div)
+        above = _above(keep, div, ranges)
+        if above:
+            return mod(*above, m)
         return ModularIndexing(sympy.Add(*keep.args) if isinstance(keep, sympy.Add) else keep, div, m)
 
     expr = sympy.expand(expr)
@@ -345,6 +349,22 @@ def _simplify(expr, key) -> sympy.Expr:
             break
         expr = new
     return expr
+
+
+def _above(a: sympy.Expr, d: int, ranges: dict) -> tuple | None:
+    """(u, d / q) where a = q * u + w, q divides d and 0 <= w < q over the ranges, so
+    that a // d == u // (d / q): a 2-D tile's 35 * y0 + x0 (x0 < 35) over 1120 is
+    y0 // 32. None where no such q is."""
+    terms = sympy.Add.make_args(a)
+    for q in sorted({int(abs(t.as_coeff_Mul()[0])) for t in terms}, reverse=True):
+        if q < 2 or d % q:
+            continue
+        high = [t for t in terms if _divisible(t, sympy.Integer(q))]
+        low = [t for t in terms if not _divisible(t, sympy.Integer(q))]
+        b = upper_bound(sympy.Add(*low), ranges)
+        if high and low and b is not None and b < q and not any(t.is_Integer and t < 0 for t in low):
+            return sympy.Add(*[t / q for t in high]), d // q
+    return None
 
 
 def _split_multiples(a: sympy.Expr, d: int):

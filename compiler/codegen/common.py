@@ -10,7 +10,7 @@ import torch
 
 from .. import ir
 from ..index import FloorDiv, ModularIndexing, simplify_with_ranges, symbol
-from ..scheduler import X, FusedKernel
+from ..scheduler import R, X, FusedKernel
 
 # kernel names hold at most this many op names, as TorchInductor's do
 MAX_NAME_OPS = 6
@@ -140,8 +140,9 @@ def choose_layout(kernel: FusedKernel) -> tuple[str, object] | None:
     """How a pointwise kernel walks its flat x0 where the logical order (its outputs'
     sizes, row-major) would walk some access with a stride:
     - ("tile", n): 2-D tiles over x0 = n * y0 + x0 when some accesses are contiguous
-      along y0 and others along x0 (a transpose), all of them affine in both: Triton
-      reads and writes each coalesced, through shared memory;
+      along y0 and others along x0 (a transpose), all of them affine in x0 and in
+      y0 or its dims (a batched transpose: y0 // P, y0 % P): Triton reads and writes
+      each coalesced, through shared memory;
     - ("order", dims): 1-D blocks over the flat index taken in another order of the
       dims into which the indices split x0, where more accesses are contiguous along
       its innermost dim than along the logical one (x.t() * 2 or a channels-last
@@ -150,35 +151,59 @@ def choose_layout(kernel: FusedKernel) -> tuple[str, object] | None:
       affine in them, 2-D tiles as above;
     None when the logical order is as good."""
     indices = walking_indices(kernel)
-    splits = set()
-    for idx in indices:
-        for f in idx.atoms(FloorDiv, ModularIndexing):
-            if X not in f.free_symbols:
-                continue
-            if isinstance(f, FloorDiv):
-                splits.add(int(f.args[1]))
-            else:
-                splits |= {int(f.args[1]), int(f.args[1] * f.args[2])}
+    splits = _splits(indices, X)
     xn = kernel.xnumel
     transposed = None  # the first tiling under which every access is transposed
     for n in sorted(splits):
         if n < TILE_MIN or xn % n or xn // n < TILE_MIN:
             continue
         walks = tile_walks(indices, n, xn)
-        if any(f.free_symbols & {X, Y} for e in walks for f in e.atoms(FloorDiv, ModularIndexing)):
+        # y0 may split into dims (a batched transpose: y0 // P, y0 % P), x0 may not
+        if any(X in f.free_symbols for e in walks for f in e.atoms(FloorDiv, ModularIndexing)):
             continue
-        along_y = any(e.coeff(Y) == 1 and e.coeff(X) not in (0, 1) for e in walks)
+        along_y = any(y_step(e) == 1 and e.coeff(X) not in (0, 1) for e in walks)
         # an access constant along y0 (a broadcast row) reads one line again and again
-        along_x = any(e.coeff(X) == 1 and e.coeff(Y) != 0 for e in walks)
+        along_x = any(e.coeff(X) == 1 and Y in e.free_symbols for e in walks)
         if along_y and along_x:
             return "tile", n
         if along_y:
             transposed = transposed or n
     # a scatter keeps its logical order: the C++ one adds on one thread in eager's order
-    dims = None if kernel.is_scatter else _memory_order(indices, splits, xn)
+    dims = None if kernel.is_scatter else _memory_order(indices, splits, xn, X)
     if dims:
         return "order", dims
     return ("tile", transposed) if transposed else None
+
+
+def reduction_order(kernel: FusedKernel) -> tuple | None:
+    """The dims (size, stride in r0), outer to inner, of another order in which a
+    reduction walks its flat r0, where more of its loads along every reduced dim are
+    contiguous along another dim than along the logical innermost one: a group norm
+    over a channels-last input reduces (channel, pixel) with its channels adjacent
+    in memory, and walking the pixels innermost would stride a row of channels an
+    element. None when the logical order does as well, or when the results depend
+    on the order of r0 beyond rounding: an arg reduction's positions, a scan, a sort."""
+    if kernel.is_scan or kernel.rnumel <= 1 or any(
+            m.role == "reduction" and m.node.buffer.reduction_type in ("argmax", "argmin") for m in kernel.members):
+        return None
+    indices = walking_indices(kernel, R)
+    return _memory_order(indices, _splits(indices, R), kernel.rnumel, R)
+
+
+def _splits(indices: list, var) -> set:
+    """The sizes at which the indices' divisions and remainders cut the flat `var`
+    (a group of channels, (var // hw) % c // g, cuts it at hw * g)."""
+    splits = set()
+    for idx in indices:
+        for f in idx.atoms(FloorDiv, ModularIndexing):
+            arg = f.args[0]
+            if arg == var and isinstance(f, FloorDiv):
+                splits.add(int(f.args[1]))
+            elif arg == var:
+                splits |= {int(f.args[1]), int(f.args[1] * f.args[2])}
+            elif isinstance(f, FloorDiv) and isinstance(arg, ModularIndexing) and arg.args[0] == var:
+                splits.add(int(arg.args[1] * f.args[1]))
+    return splits
 
 
 def tile_walks(indices: list, n: int, xn: int) -> list:
@@ -186,17 +211,26 @@ def tile_walks(indices: list, n: int, xn: int) -> list:
     return [simplify_with_ranges(idx.xreplace({X: n * Y + X}), {Y: xn // n, X: n}) for idx in indices]
 
 
-def _memory_order(indices: list, splits: set, xn: int) -> tuple | None:
-    """The order of dims (size, stride in x0), outer to inner, that walks the most
-    accesses contiguously (see choose_layout); None when the logical order does as well,
-    or an index is not affine in the dims."""
-    bounds = sorted({1, xn} | {s for s in splits if s < xn})
+def y_step(walk: sympy.Expr) -> int:
+    """How far a tile's walk moves as y0 steps by one (but where y0 % P wraps)."""
+    step = walk.coeff(Y)
+    for f in walk.atoms(ModularIndexing):
+        if f.args[0] == Y and f.args[1] == 1:
+            step += walk.coeff(f)
+    return step
+
+
+def _memory_order(indices: list, splits: set, n: int, var) -> tuple | None:
+    """The order of the dims of the flat `var` (n long), as (size, stride in `var`)
+    outer to inner, that walks the most accesses contiguously (see choose_layout);
+    None when the logical order does as well, or an index is not affine in the dims."""
+    bounds = sorted({1, n} | {s for s in splits if s < n})
     if len(bounds) < 3 or any(hi % lo for lo, hi in zip(bounds, bounds[1:])):
         return None
     dims = [symbol(f"t{k}") for k in range(len(bounds) - 1)]  # the logical innermost first
     ranges = {d: hi // lo for d, lo, hi in zip(dims, bounds, bounds[1:])}
     flat = sympy.Add(*[d * lo for d, lo in zip(dims, bounds)])
-    walks = [simplify_with_ranges(idx.xreplace({X: flat}), ranges) for idx in indices]
+    walks = [simplify_with_ranges(idx.xreplace({var: flat}), ranges) for idx in indices]
     if any(f.free_symbols & set(dims) for e in walks for f in e.atoms(FloorDiv, ModularIndexing)):
         return None
     # only accesses along every dim vote: one constant along some dim (a broadcast, a
@@ -212,13 +246,25 @@ def _memory_order(indices: list, splits: set, xn: int) -> tuple | None:
     return tuple((ranges[d], bounds[dims.index(d)]) for d in [*others, inner])
 
 
-def in_order(dims: tuple) -> sympy.Expr:
-    """The logical flat x0 at position x0 of a walk over `dims` (choose_layout's
-    (size, stride) pairs, outer to inner)."""
+def steps_by_one(index: sympy.Expr, dims: tuple, var) -> bool:
+    """Whether `index` moves by one element where a walk over `dims` (reduction_order's
+    (size, stride) pairs) steps along its innermost dim."""
+    walk, size = in_order(dims, var), dims[-1][0]
+    others = {s: 0 for s in index.free_symbols if s != var}
+
+    def at(p: int):
+        return index.xreplace(others).xreplace({var: walk.xreplace({var: sympy.Integer(p)})})
+
+    return size > 1 and all(at(p + 1) - at(p) == 1 for p in (0, size - 2))
+
+
+def in_order(dims: tuple, var=X) -> sympy.Expr:
+    """The logical flat `var` at position `var` of a walk over `dims` (choose_layout's
+    or reduction_order's (size, stride) pairs, outer to inner)."""
     out, inner = sympy.Integer(0), 1
     for k, (size, stride) in enumerate(reversed(dims)):
         outer = k == len(dims) - 1
-        out += stride * (FloorDiv(X, inner) if outer else ModularIndexing(X, inner, size))
+        out += stride * (FloorDiv(var, inner) if outer else ModularIndexing(var, inner, size))
         inner *= size
     return out
 

@@ -14,9 +14,10 @@ import torch
 from sympy.printing.c import C99CodePrinter
 
 from .. import ir
-from ..index import FloorDiv, ModularIndexing, simplify_with_ranges, symbol
+from ..index import FloorDiv, ModularIndexing, fold_divmod, simplify_with_ranges, symbol
 from ..scheduler import R, X, FusedKernel, Member, layout_deciding
-from .common import INFIX_OPS, SCAN_COMBINES, SORTS, Y, choose_layout, kernel_args, member_order, tile_walks, walking_indices
+from .common import (INFIX_OPS, SCAN_COMBINES, SORTS, choose_layout, in_order, kernel_args, member_order, reduction_order,
+                     tile_walks, walking_indices, y_step)
 
 CTYPE = {
     torch.float32: "float",
@@ -535,6 +536,8 @@ class CppKernel:
         self.order = ()  # the dims of a walk in memory order (see _nest)
         self.tiled = ""  # a transpose walked in square blocks: "x" or "y", its inner loop's dim (see _nest)
         self.nest = self._nest()
+        # a reduction's r0 walked in memory order (common.reduction_order)
+        self.r_order = reduction_order(kernel) if kernel.is_reduction else None
         self.block = 0  # > 0: a blocked reduction over that many lanes xi of the innermost x
         self.r_loop = False  # rendering the body of a loop over r (of one row x)
         self.r_split = 0  # > 0: r walked as r0o * r_split + r0i (see _r_split)
@@ -555,7 +558,7 @@ class CppKernel:
                 walks = tile_walks(walking_indices(self.k), n, self.k.xnumel)
                 # blocks of x0 = n * y0 + x0 (see _tile_loops_open), the inner loop along y0
                 # where more accesses are contiguous that way (an output that keeps x.t()'s strides)
-                self.tiled = "y" if sum(e.coeff(Y) == 1 for e in walks) > sum(e.coeff(X) == 1 for e in walks) else "x"
+                self.tiled = "y" if sum(y_step(e) == 1 for e in walks) > sum(e.coeff(X) == 1 for e in walks) else "x"
                 return [self.k.xnumel // n, n]
         lead = next((m for m in self.k.members if m.role == "reduction"), self.k.members[0])
         sizes = lead.node.sizes if math.prod(lead.node.sizes) == self.k.xnumel else [self.k.xnumel]
@@ -570,11 +573,13 @@ class CppKernel:
         flat = sympy.Add(*[v * s for v, s in zip(nv, strides)])
         ranges = dict(zip(nv, self.nest))
         ranges[R] = max(self.k.rnumel, 1)
-        sub = {X: flat}
+        sub = {X: flat, R: in_order(self.r_order, R)} if self.r_order else {X: flat}
         memo: dict = {}
         d = self.r_split
         nested = {FloorDiv(R, d): R_OUTER, ModularIndexing(R, 1, d): R_INNER} if d else {}
-        return ir.map_indices(e, lambda i: simplify_with_ranges(sympy.sympify(i).xreplace(sub), ranges).xreplace(nested), memo)
+        # an order's divisions and remainders fold back where the walk meets the access's dims
+        fold = fold_divmod if self.r_order else (lambda i: i)
+        return ir.map_indices(e, lambda i: fold(simplify_with_ranges(sympy.sympify(i).xreplace(sub), ranges)).xreplace(nested), memo)
 
     def _rewrite_index(self, i: sympy.Expr) -> sympy.Expr:
         return self._rewrite(ir.index_value(i)).args[0]
@@ -1010,7 +1015,7 @@ class CppKernel:
         rnumel = max(self.k.rnumel, 1)
         if not self.block:
             self._hoist(members, row_cse, body, indent, (R,))
-        split = 0 if self.block or parallel_r else _r_split(members, rnumel)
+        split = 0 if self.block or parallel_r or self.r_order else _r_split(members, rnumel)
         split = 0 if lanes and split % lanes else split
         count = split or rnumel
         full = count - count % lanes if lanes else count

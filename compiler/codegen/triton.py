@@ -104,8 +104,9 @@ class TritonKernel:
             self.dim_of = {Y: "x", X: "r"}
             self.blocks, self.masks = ("YBLOCK", "XBLOCK"), ("ymask", "xmask")
             numels = (self.xnumel // n, n)
-        else:  # a transposed order: see common.choose_layout
-            self.sub = {X: in_order(self.plan.order)} if self.plan.order else {}
+        else:  # another order: see common.choose_layout and common.reduction_order
+            walked = R if self.reduction else X
+            self.sub = {walked: in_order(self.plan.order, walked)} if self.plan.order else {}
             self.ranges = {X: self.xnumel, R: self.rnumel}
             self.dim_of = {X: "x", R: "r"}
             self.blocks, self.masks = ("XBLOCK", "RBLOCK"), ("xmask", "rmask")

@@ -29,7 +29,7 @@ from ..config import config
 from ..index import fold_divmod, simplify_with_ranges, unclamp, upper_bound
 from ..runtime.triton_build import interpreting
 from ..scheduler import R, X, FusedKernel, layout_deciding
-from .common import SORTS, choose_layout, external_loads, walking_indices
+from .common import SORTS, choose_layout, external_loads, reduction_order, walking_indices
 
 SM_COUNT = 132  # H100 / H200
 AUTOTUNE_MIN_ELEMENTS = 1 << 22  # smaller kernels run their first guess
@@ -141,7 +141,9 @@ class Plan:
     reduction: bool
     persistent: bool = False
     tile: int | None = None  # pointwise 2-D: the flat x0 is tile * y0 + x0
-    order: tuple | None = None  # pointwise 1-D: the flat index walked in another order (common.choose_layout)
+    # the flat index walked in another order: a pointwise kernel's x0 in 1-D blocks
+    # (common.choose_layout), a reduction's r0 (common.reduction_order)
+    order: tuple | None = None
     split: int = 1  # reductions: programs per block of rows
     coop: bool = False  # reductions: a row's programs meet at barriers (see the module doc)
     window: bool = False  # reductions: windows slid by one, a step per window element (slides_by_one)
@@ -181,6 +183,7 @@ def _plan(kernel: FusedKernel, gpu: bool, itemsize: int, int64: bool, gathers: b
         p.configs = _tiled_configs(xn // how, how, gpu, itemsize) if p.tile else _pointwise_configs(xn, gpu, itemsize, gathers)
         return p
     rn = max(kernel.rnumel, 1)
+    order = reduction_order(kernel)
     inner = reduces_contiguous(kernel)
     rblock = pow2(rn)
     narrow = PERSISTENT_MAX_RBLOCK.get(min(itemsize, 8), 4096)  # rows any target holds in registers
@@ -199,7 +202,7 @@ def _plan(kernel: FusedKernel, gpu: bool, itemsize: int, int64: bool, gathers: b
         persistent = stride is None or stride * itemsize % 16 == 0
     if not inner and rn <= WINDOW_MAX_STEPS and slides_by_one(kernel):
         return Plan(True, window=True, configs=_window_configs(xn, rn, gpu, itemsize))
-    p = Plan(True, persistent=persistent)
+    p = Plan(True, persistent=persistent, order=order)
     if p.persistent:
         p.evict_last_streams = inner and rblock <= narrow
         p.configs = _persistent_configs(xn, rblock, inner, gpu, itemsize)
@@ -366,7 +369,10 @@ def row_stride(kernel: FusedKernel, indices: list | None) -> int | None:
 
 def reduces_contiguous(kernel: FusedKernel) -> bool:
     """True when the reduced dim is the contiguous one in most of the loads that
-    decide the layout (scheduler.layout_deciding)."""
+    decide the layout (scheduler.layout_deciding), or when the reduction walks its
+    dims in an order that makes it so (common.reduction_order)."""
+    if reduction_order(kernel):
+        return True
     walks = layout_deciding([sympy.expand(e.args[1]) for e in external_loads(kernel)])
     return sum(1 if i.coeff(R) == 1 else -1 for i in walks) >= 0
 
