@@ -991,7 +991,7 @@ class CppKernel:
         same: dict = {}  # (reduction type, value) -> accumulator: equal reductions are made once
         clauses = []
         decls = []  # (C type, name, initial value)
-        lanes = self._sum_lanes(members, reds, parallel_r, row_cse, loop)
+        lanes = 0 if self._order_split(parallel_r) else self._sum_lanes(members, reds, parallel_r, row_cse, loop)
         # a blocked reduction keeps one accumulator per x lane, a lane sum one per r lane
         lane = "[xi]" if self.block else "_lanes[ri]" if lanes else ""
         for m in reds:
@@ -1015,7 +1015,9 @@ class CppKernel:
         rnumel = max(self.k.rnumel, 1)
         if not self.block:
             self._hoist(members, row_cse, body, indent, (R,))
-        split = 0 if self.block or parallel_r or self.r_order else _r_split(members, rnumel)
+        split = self._order_split(parallel_r)
+        if not split:
+            split = 0 if self.block or parallel_r or self.r_order else _r_split(members, rnumel)
         split = 0 if lanes and split % lanes else split
         count = split or rnumel
         full = count - count % lanes if lanes else count
@@ -1168,6 +1170,12 @@ class CppKernel:
                 if e.op not in ("const", "index") and not _depends_on(e, along):
                     self.emit_value(e, row_cse, body, indent)
 
+    def _order_split(self, parallel_r) -> int:
+        """The size of a memory order's inner dim (a group's channels: common.reduction_order),
+        which the loop over r then walks as an inner loop of its own, contiguous; or 0."""
+        inner = self.r_order[-1][0] if self.r_order else 0
+        return inner if inner >= ORDER_SPLIT_MIN and not (self.block or parallel_r) else 0
+
     def _sum_lanes(self, members, reds, parallel_r, row_cse, loop) -> int:
         """Lanes (r0 modulo lanes) that a loop of float sums accumulates in, or 0.
         `omp simd reduction` gets one vector accumulator: one chain of dependent
@@ -1246,6 +1254,7 @@ class CppKernel:
 
 R_OUTER, R_INNER = symbol("r0o"), symbol("r0i")
 SPLIT_R_MIN = 16  # an inner loop at least this long, so that it still vectorizes
+ORDER_SPLIT_MIN = 4  # an order's inner dim at least this long loops on its own (a vector)
 
 
 def _r_split(members, rnumel: int) -> int:
