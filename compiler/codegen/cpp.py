@@ -1015,9 +1015,7 @@ class CppKernel:
         rnumel = max(self.k.rnumel, 1)
         if not self.block:
             self._hoist(members, row_cse, body, indent, (R,))
-        split = self._order_split(parallel_r)
-        if not split:
-            split = 0 if self.block or parallel_r or self.r_order else _r_split(members, rnumel)
+        split = self._order_split(parallel_r) or (0 if self.block or parallel_r or self.r_order else _r_split(members, rnumel))
         split = 0 if lanes and split % lanes else split
         count = split or rnumel
         full = count - count % lanes if lanes else count
