@@ -537,7 +537,7 @@ class CppKernel:
         self.tiled = ""  # a transpose walked in square blocks: "x" or "y", its inner loop's dim (see _nest)
         self.nest = self._nest()
         # a reduction's r0 walked in memory order (common.reduction_order)
-        self.r_order = reduction_order(kernel) if kernel.is_reduction else None
+        self.r_order = reduction_order(kernel)
         self.block = 0  # > 0: a blocked reduction over that many lanes xi of the innermost x
         self.r_loop = False  # rendering the body of a loop over r (of one row x)
         self.r_split = 0  # > 0: r walked as r0o * r_split + r0i (see _r_split)

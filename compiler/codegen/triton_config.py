@@ -184,7 +184,7 @@ def _plan(kernel: FusedKernel, gpu: bool, itemsize: int, int64: bool, gathers: b
         return p
     rn = max(kernel.rnumel, 1)
     order = reduction_order(kernel)
-    inner = reduces_contiguous(kernel)
+    inner = order is not None or _loads_reduce_contiguous(kernel)  # reduces_contiguous, the order found once
     rblock = pow2(rn)
     narrow = PERSISTENT_MAX_RBLOCK.get(min(itemsize, 8), 4096)  # rows any target holds in registers
     limit = narrow if inner else OUTER_PERSISTENT_MAX_RBLOCK
@@ -371,8 +371,11 @@ def reduces_contiguous(kernel: FusedKernel) -> bool:
     """True when the reduced dim is the contiguous one in most of the loads that
     decide the layout (scheduler.layout_deciding), or when the reduction walks its
     dims in an order that makes it so (common.reduction_order)."""
-    if reduction_order(kernel):
-        return True
+    return reduction_order(kernel) is not None or _loads_reduce_contiguous(kernel)
+
+
+def _loads_reduce_contiguous(kernel: FusedKernel) -> bool:
+    """reduces_contiguous's vote of the loads, in the logical order of r0."""
     walks = layout_deciding([sympy.expand(e.args[1]) for e in external_loads(kernel)])
     return sum(1 if i.coeff(R) == 1 else -1 for i in walks) >= 0
 
