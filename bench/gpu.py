@@ -128,6 +128,13 @@ def rms_norm(x, w):
     return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
 
 
+def layer_norm_2d(x, w, b):
+    """ConvNeXt's LayerNorm over the channels of [N, C, H, W]."""
+    u = x.mean(1, keepdim=True)
+    s = (x - u).pow(2).mean(1, keepdim=True)
+    return w[:, None, None] * ((x - u) / torch.sqrt(s + 1e-6)) + b[:, None, None]
+
+
 def rope(x, cos, sin):
     """Rotary position embedding, rotate-half form."""
     half = x.shape[-1] // 2
@@ -314,6 +321,10 @@ def more_workloads(device, smoke: bool) -> list[Workload]:
             lambda x: x.t() * 2, (rnd(s(1024), 65537),))),
         Workload("bias_relu channels_last [32,256,56,56] bf16", lambda: (  # a CNN's activation, NHWC
             lambda x, b: (x + b.view(1, -1, 1, 1)).relu(), (rnd(s(32), 256, 56, 56).to(memory_format=torch.channels_last), rnd(256)))),
+        Workload("softmax(1) channels_last [32,256,56,56] bf16", lambda: (  # over a middle dim, output contiguous
+            lambda x: x.softmax(1), (rnd(s(32), 256, 56, 56).to(memory_format=torch.channels_last),))),
+        Workload("layer_norm_2d channels_last [32,128,56,56] bf16", lambda: (  # ConvNeXt's LayerNorm over channels
+            layer_norm_2d, (rnd(s(32), 128, 56, 56).to(memory_format=torch.channels_last), rnd(128), rnd(128)))),
         Workload("batch_norm train [32,256,56,56] fp32", lambda: (
             nn.BatchNorm2d(256).to(device).train(), (rnd(s(32), 256, 56, 56, dtype=torch.float32),))),
         Workload("max_pool2d 3x3 s2 [32,64,112,112] bf16", lambda: (

@@ -20,6 +20,7 @@ its pointwise consumers join.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Sequence
 
@@ -236,14 +237,17 @@ def _reads(value: ir.Expr) -> dict:
     return reads
 
 
-def _kernel_vars(node: Node, role: str, xnumel: int, rnumel: int, r_major: bool = False):
+def _kernel_vars(node: Node, role: str, xnumel: int, rnumel: int, r_major: bool = False, r_dims=None):
     """The node's loop variables as expressions of the kernel's x0 / r0.
     `r_major`: a full node's outer loops cover r0 and its inner ones x0 (a
-    reduction over the outer dim, whose x0 is the contiguous one)."""
+    reduction over the outer dim, whose x0 is the contiguous one). `r_dims`:
+    those of its loops cover r0, the others x0 (a reduction over a middle dim)."""
     if role in ("reduction", "scan"):
         return _split(X, node.sizes), _split(R, node.rsizes)
     if role == "row" or rnumel == 1:
         return _split(X, node.sizes), []
+    if r_dims is not None:
+        return _interleaved(node.sizes, r_dims), []
     if r_major:
         return _outer_inner(node.sizes, R, X, xnumel), []
     return _outer_inner(node.sizes, X, R, rnumel), []
@@ -270,6 +274,28 @@ def _outer_inner(sizes: list, outer, inner, inner_numel: int):
     return os_[:-1] + [os_[-1] * f + is_[0]] + is_[1:]
 
 
+def _interleaved(sizes: list, r_dims: tuple):
+    """Variables for the loop nest `sizes` whose loops `r_dims` r0 walks, and the others x0."""
+    xs = iter(_split(X, [s for d, s in enumerate(sizes) if d not in r_dims]))
+    rs = iter(_split(R, [sizes[d] for d in r_dims]))
+    return [next(rs) if d in r_dims else next(xs) for d in range(len(sizes))]
+
+
+def middle_dims(sizes: list, rnumel: int, most: int = 6):
+    """The sets of loops, neither all leading nor all trailing (which _outer_inner
+    covers), that could be a reduction's `rnumel` points: softmax(1) over [N, C, H*W]
+    reduces C. Loop nests deeper than `most` are not searched."""
+    n = len(sizes)
+    if n > most:
+        return
+    for k in range(1, n):
+        for dims in itertools.combinations(range(n), k):
+            if dims in (tuple(range(k)), tuple(range(n - k, n))) or 1 in (sizes[d] for d in dims):
+                continue
+            if math.prod(sizes[d] for d in dims) == rnumel:
+                yield dims
+
+
 def _split(var, sizes):
     """Variables for a loop nest `sizes` walked by one flat variable."""
     from .index import unflatten
@@ -279,7 +305,7 @@ def _split(var, sizes):
     return unflatten(var, sizes)
 
 
-def place(node: Node, xnumel: int, rnumel: int, r_major: bool = False) -> Member | None:
+def place(node: Node, xnumel: int, rnumel: int, r_major: bool = False, r_dims=None) -> Member | None:
     if node.is_reduction or node.is_scan:
         if (node.numel, node.rnumel) != (xnumel, rnumel):
             return None
@@ -290,7 +316,7 @@ def place(node: Node, xnumel: int, rnumel: int, r_major: bool = False) -> Member
         role = "row"
     else:
         return None
-    kv = _kernel_vars(node, role, xnumel, rnumel, r_major)
+    kv = _kernel_vars(node, role, xnumel, rnumel, r_major, r_dims)
     if kv is None or kv[0] is None:
         return None
     value, store = node.evaluate(*kv, {X: xnumel, R: max(rnumel, 1)})
@@ -459,17 +485,22 @@ class Scheduler:
         outer loops walk x0 and its inner ones r0; or, where only that way it reads
         what the kernel computes or loads at the same elements, the other way round
         (r0 over its outer loops: a reduction over the outer dim, as in a bias
-        gradient). Fused with neither, one of the two would walk memory transposed."""
-        member = place(node, kernel.xnumel, kernel.rnumel)
+        gradient), or r0 over middle loops (a reduction over a middle dim, as in
+        softmax(1)). Fused with none, one of them would walk memory transposed."""
+        xn, rn = kernel.xnumel, kernel.rnumel
+        member = place(node, xn, rn)
+        why = _why_not_fused(member, kernel, consumed) if member is not None else ""
+        if member is not None and not why:
+            return member, ""
+        if not node.is_reduction and not node.is_scan and rn > 1 and node.numel == xn * rn:  # a full node
+            others = (place(node, xn, rn, r_dims=dims) for dims in middle_dims(node.sizes, rn))
+            for other in itertools.chain([place(node, xn, rn, r_major=True)], others):
+                if other is not None and not _why_not_fused(other, kernel, consumed):
+                    return other, ""
         if member is None:
             shape = f"{node.numel}x{node.rnumel}" if node.is_reduction else f"{node.numel}"
-            return None, f"its iteration space ({shape}) does not fit the kernel's ({kernel.xnumel}x{kernel.rnumel})"
-        why = _why_not_fused(member, kernel, consumed)
-        if why and member.role == "full":
-            r_major = place(node, kernel.xnumel, kernel.rnumel, r_major=True)
-            if r_major is not None and not _why_not_fused(r_major, kernel, consumed):
-                return r_major, ""
-        return (None, why) if why else (member, "")
+            return None, f"its iteration space ({shape}) does not fit the kernel's ({xn}x{rn})"
+        return None, why
 
     def _finish(self):
         """Decide which buffers must reach memory and name the kernels."""
@@ -514,7 +545,15 @@ def _splits_rows_alone(kernel: FusedKernel, device) -> str:
       read their rows twice; split, the reduction reads them once and the
       consumer once more (H200, per call, one kernel against two: softmax(0)
       fp32 [65536, 256] 344 -> 96 us, [4096, 4096] 78.5 -> 60.9, bf16 [32768,
-      64] 114 -> 27; but fp32 [1024, 16384], 256 blocks, 55.9 against 63.3)."""
+      64] 114 -> 27; but fp32 [1024, 16384], 256 blocks, 55.9 against 63.3).
+    - Rows along a strided dim longer than OUTER_FUSED_MAX_ROWS, in blocks of
+      columns two or more an SM (softmax(1) of [B, T, D]): fused, each program
+      reads its block twice, and the second pass misses the cache (H200, per
+      call, one kernel against two: softmax(1) [64, 512, 1000] fp32 120.0 ->
+      106.7 us, bf16 74.8 -> 65.6; [16, 2048, 1000] fp32 125.5 -> 109.7; x -
+      x.mean(1) [64, 512, 1000] fp32 117.1 -> 105.2, bf16 55.5 -> 58.9). Up to
+      256 rows one kernel is as fast or faster ([64, 256, 1000] fp32 57.7 /
+      58.2; [32, 256, 56, 56] 74.2 against 83.2)."""
     from .codegen import triton_config as tc  # it imports this module
 
     if device.type == "cuda" and tc.cooperative_rows(kernel.xnumel, kernel.rnumel):
@@ -529,6 +568,9 @@ def _splits_rows_alone(kernel: FusedKernel, device) -> str:
         if online and tc.splits_outer_rows(xn, rn) and tc.cdiv(xn, tc.outer_width(xn)) < tc.SM_COUNT:
             return (f"{alone}; a per-element consumer would leave SMs without a block of columns, "
                     "each program walking every row twice")
+        if rn > tc.OUTER_FUSED_MAX_ROWS and tc.cdiv(xn, tc.outer_width(xn)) >= 2 * tc.SM_COUNT:
+            return (f"{alone}, several an SM; a per-element consumer would make each of them walk "
+                    f"its {rn} rows twice, which the cache does not hold until the second pass")
         return ""
     longest_held = max(tc.WIDE_PERSISTENT_MAX_RBLOCK.values())
     if kernel.can_split() and kernel.xnumel < 2 * tc.SM_COUNT and kernel.rnumel > longest_held:

@@ -73,6 +73,9 @@ WIDE_PERSISTENT_MAX_INPUTS = 3
 SHIFTED_PERSISTENT_MAX_BYTES = 32 << 10
 # reducing a strided dim: only short ones, so that a block is wide in the contiguous x
 OUTER_PERSISTENT_MAX_RBLOCK = 128
+# ... and, where its blocks of columns are two or more an SM, a per-element consumer
+# joins it only over rows up to this long (scheduler._splits_rows_alone)
+OUTER_FUSED_MAX_ROWS = 256
 # ... but windows slid by one of up to this many elements, a step each, unrolled (slides_by_one)
 WINDOW_MAX_STEPS = 32
 # ... looped, and split over programs where it may: blocks this many columns wide,
@@ -225,7 +228,7 @@ def _plan(kernel: FusedKernel, gpu: bool, itemsize: int, int64: bool, gathers: b
         rb = min(c["RBLOCK"] for c in configs)
         if rb < p.split <= rb * 8 // 7:
             p.split = rb
-    elif gpu and not inner and kernel.loops == 1 and xn * rn >= AUTOTUNE_MIN_ELEMENTS:
+    elif gpu and not inner and xn * rn >= AUTOTUNE_MIN_ELEMENTS:
         configs += _unsplit_outer_configs(configs[0])
     p.configs = [dict(c, grid=cdiv(xn, c["XBLOCK"]) * p.split) for c in configs]
     return p

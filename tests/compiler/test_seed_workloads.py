@@ -100,6 +100,17 @@ def test_few_long_groups_keep_their_statistics_kernel_splittable():
     assert "splits its rows" in cap.kernels[1].split_reason
 
 
+def test_long_strided_rows_in_many_column_blocks_keep_their_consumer_apart():
+    """softmax(1) of [B, T, D] reduces a strided dim. Over 300 rows in blocks of
+    columns two or more an SM, the normalization stays apart: fused, each program
+    would read its block twice, past what the cache holds. Over 256 rows it joins."""
+    cap = run(lambda x: x.softmax(1), torch.randn(2, 300, 8500))
+    assert [k.kind for k in cap.kernels] == ["reduction", "pointwise"]
+    assert "walk its 300 rows twice" in cap.kernels[1].split_reason
+    cap = run(lambda x: x.softmax(1), torch.randn(2, 256, 8500))
+    assert [k.kind for k in cap.kernels] == ["reduction"], [k.split_reason for k in cap.kernels]
+
+
 def test_layer_norm_mean_is_reduced_once():
     """var_mean and layer_norm both need the row mean: one sum, not two, in the IR."""
     cap = run(nn.LayerNorm(777).eval(), torch.randn(33, 777))
