@@ -229,19 +229,29 @@ def _plan(kernel: FusedKernel, gpu: bool, itemsize: int, int64: bool, gathers: b
         if rb < p.split <= rb * 8 // 7:
             p.split = rb
     elif gpu and not inner and xn * rn >= AUTOTUNE_MIN_ELEMENTS:
-        configs += _unsplit_outer_configs(configs[0])
+        configs += _unsplit_outer_configs(configs[0], xn, rn, kernel.loops)
     p.configs = [dict(c, grid=cdiv(xn, c["XBLOCK"]) * p.split) for c in configs]
     return p
 
 
-def _unsplit_outer_configs(first: dict) -> list:
+def _unsplit_outer_configs(first: dict, xn: int, rn: int, passes: int) -> list:
     """More candidates for a reduction over a strided dim whose column blocks fill
     the GPU unsplit: fewer rows a step, in lighter programs. Autotune timings, us,
     blocks of 64 columns, 8 or 16 rows x 4 warps against the first guess (32 x 8):
     H200, mean(1) bf16 [64, 4096, 1024] 118.5 / 118.7 against over 120.6; H100,
     the same 174.1 / 173.6 against 181.1, fp32 347.4 against 356.3, sum(0) fp32
-    [2048, 50257] 145.1 against 171.2 (Inductor, per call, 176.6, 350.6, 159.2)."""
-    return [dict(first, RBLOCK=8, num_warps=4), dict(first, RBLOCK=16, num_warps=4)]
+    [2048, 50257] 145.1 against 171.2 (Inductor, per call, 176.6, 350.6, 159.2).
+    A kernel that reads its block again (`passes` loops over r: a softmax, a
+    variance) also times programs of 32 warps: fewer of them share an SM, and
+    their blocks stay in L2 until the next pass (H200, per call, best of these
+    against the first guess's: layer_norm(x.t()) [4096, 4096] fp32 78.6 (8 x 512)
+    against 86.9, bf16 51.1 (16 x 128) against 67.6; softmax(1) [64, 512, 1000]
+    fused fp32 85.6 (32 x 64) against 118.8)."""
+    out = [dict(first, RBLOCK=8, num_warps=4), dict(first, RBLOCK=16, num_warps=4)]
+    if passes > 1:
+        out += [dict(first, XBLOCK=xb, RBLOCK=rb, num_warps=32) for xb, rb in ((8, 512), (16, 128), (32, 64))
+                if xb <= pow2(xn) and rb <= pow2(rn)]
+    return out
 
 
 def _scan_plan(kernel: FusedKernel, gpu: bool, itemsize: int) -> Plan:
