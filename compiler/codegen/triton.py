@@ -136,6 +136,7 @@ class TritonKernel:
         self.checks_indices = False  # asserts index values (compiled with debug=True)
         self.tmp = 0
         self.regs: dict[str, Value] = {}  # member name -> value held in registers
+        self.wide_regs: set[str] = set()  # of them, float64 values of narrower buffers (a CPU scan's)
         self.draws = any(e.op == "philox" for m in kernel.members for e in m.value.walk())  # random numbers
 
     def _row_alignment(self) -> int | None:
@@ -505,6 +506,9 @@ class TritonKernel:
         """A load of (buffer, index, indirect), and where _fold_padding made it one,
         the value it reads where masked."""
         name, index, indirect = s.args[:3]
+        if name in self.wide_regs:  # read as stored: the buffer's dtype, as its load says
+            v = self.regs[name]
+            return Value(self.convert(v.code, torch.float64, s.dtype), v.axes)
         if name in self.regs:
             return self.regs[name]
         idx, bounds = self._unclamped(index)
@@ -550,12 +554,7 @@ class TritonKernel:
             return
         buf = m.node.buffer
         idx = self.simplify(m.store_index)
-        if self.tiled:
-            axes = {"x", "r"}
-        elif self.reduction:
-            axes = {"x", "r"} if m.role in ("full", "scan") else {"x"}
-        else:
-            axes = {"x"}
+        axes = self._store_axes(m)
         code = self.convert(self.full(v, axes, m.value.dtype), m.value.dtype, buf.dtype)
         mask = self.mask(axes)
         if self.plan.coop and "r" not in axes:  # a row's value: stored by its first slice
@@ -571,6 +570,13 @@ class TritonKernel:
             return
         hint = ", eviction_policy='evict_first'" if self.evict_stores and "r" in axes else ""
         out.append(f"{indent}tl.store({self.args.ptr(buf.storage_name)} + ({where}), {code}{', ' + mask if mask else ''}{hint})")
+
+    def _store_axes(self, m: Member) -> set:
+        """The block dims a member's stores cover: a tile's two, a reduction's
+        [x, r] for a per-element member, else x alone."""
+        if self.tiled or (self.reduction and m.role in ("full", "scan")):
+            return {"x", "r"}
+        return {"x"}
 
     def _member(self, m: Member, cse: dict, body: list[str], indent: str):
         """A member in straight-line code (pointwise, persistent, or between loops)."""
@@ -590,10 +596,11 @@ class TritonKernel:
         """Each value stored at (or combined atomically with) the element its index picks."""
         target, value, valid = (self.emit(a, cse, body, indent) for a in m.value.args)
         buf = m.node.buffer
-        code = self.convert(self.full(value, {"x"}, m.value.dtype), m.value.dtype, buf.dtype)
-        masks = [c for c in (self.mask({"x"}), None if m.value.args[2].op == "const" else valid.code) if c]
+        axes = self._store_axes(m)  # a tile's two dims where its loads are transposed
+        code = self.convert(self.full(value, axes, m.value.dtype), m.value.dtype, buf.dtype)
+        masks = [c for c in (self.mask(axes), None if m.value.args[2].op == "const" else valid.code) if c]
         mask = f", mask={' & '.join(f'({c})' for c in masks)}" if masks else ""
-        where = f"{self.args.ptr(buf.storage_name)} + ({self.full(target, {'x'}, torch.int64)})"
+        where = f"{self.args.ptr(buf.storage_name)} + ({self.full(target, axes, torch.int64)})"
         if m.value.op in ATOMICS:
             body.append(f"{indent}{ATOMICS[m.value.op]}({where}, {code}{mask}, sem='relaxed')")
         else:
@@ -828,6 +835,8 @@ class TritonKernel:
         m, *consumers = self.k.members
         rt, t = m.node.buffer.reduction_type, m.value.dtype
         self.regs[m.node.name] = Value("scanned", frozenset({"x", "r"}))
+        if t == torch.float64 and m.node.buffer.dtype != t:  # accumulated in double, as eager's CPU scans
+            self.wide_regs.add(m.node.name)
         body += [f"    xnumel = {self.xnumel}", f"    rnumel = {self.rnumel}",
                  f"    xindex = {self._pid()} * XBLOCK + tl.arange(0, XBLOCK)[:, None]"]
         if self.need_mask["x"]:

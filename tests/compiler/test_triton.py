@@ -185,6 +185,20 @@ def test_cat_and_pad_pieces_load_masked_in_vectors(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_a_scatter_of_a_transposed_value_adds_over_its_tile(device):
+    """A scatter whose value is read transposed walks 2-D tiles, as other transposes:
+    its atomic adds cover the tile's two dims (they took a 1-D block's shape, which
+    Triton refused; found by random program 1060)."""
+    x = rand(3, 37, 37, device=device)
+    index = (torch.randperm(37, device=device) // 2).view(1, 37, 1).expand(3, 37, 37)
+    for how in ("sum", "mean"):
+        torch._dynamo.reset()
+        fn = lambda x, index: torch.zeros_like(x).scatter_reduce(1, index, x.transpose(1, 2), how, include_self=False)
+        kernels = check(fn, x, index).kernels
+        assert any(k.kind == "scatter" and meta_of(k.source)["tile"] for k in kernels), [k.source for k in kernels]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_an_odd_length_masks_only_its_last_block(device):
     """A pointwise kernel whose length breaks a 16-byte vector of its narrowest
     type runs its full blocks unmasked and masks its last block alone, with the
