@@ -1017,10 +1017,11 @@ def test_running_extremes_and_logcumsumexp_are_scans(check_compiled, target, dty
         if dtype.is_floating_point:
             table[f"logcumsumexp({d})"] = lambda x, d=d: torch.logcumsumexp(x.to(acc), d).to(dtype)
     table["cummax(-1) + 1"] = lambda x: torch.cummax(x, -1).values + 1
-    if dtype == torch.float32:  # a consumer of a scan accumulated in float64 reads it as float32 (program 1189)
-        table["(logcumsumexp(-1) - 1) to bf16"] = lambda x: (torch.logcumsumexp(x, -1) - 1).bfloat16()
     tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else None
     cap = check_compiled(lambda x: tuple(f(x) for f in table.values()), x, names=list(table), tol=tol)
+    if dtype == torch.float32:  # a consumer of a scan accumulated in float64 reads it as float32 (program 1189)
+        check_compiled(lambda x: (torch.logcumsumexp(x, -1) - 1).bfloat16(), x)  # to bf16's tolerance: a float32
+        # scan that differs from eager's in its last bit may round to the next bf16 (H200)
     # C++ leaves cummax and cummin along the last dim to ATen (one pass against two, measured faster)
     fallbacks = {(f.op, "last dim" in f.reason) for f in cap.fallbacks}
     assert fallbacks == ({("aten.cummax.default", True), ("aten.cummin.default", True)} if target == "cpp" else set())
