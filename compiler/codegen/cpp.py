@@ -744,14 +744,18 @@ class CppKernel:
     def _tile_loops_open(self, body, parallel) -> str:
         """A transpose's nest [y0, x0] in blocks of CPP_TILE x CPP_TILE: the rows of
         a block read the lines of its transposed accesses again from L1, where whole
-        rows of x0 would have left them."""
+        rows of x0 would have left them. The outer loop steps over blocks of the dim
+        the inner loop is not along: a thread's blocks then follow one another along
+        the contiguous accesses, a page at a time (two threads, [2048, 2048]: x.t() +
+        y bf16 12.0 -> 6.1-7.2 ms, (x.t() * 2).contiguous() fp32 5.1 -> 3.9-4.7;
+        Inductor 2.5-2.9, 3.7-3.8)."""
         b = CPP_TILE
         trig = f" reduction(|:{TRIG_FLAG})" if self.fast_trig else ""
         if parallel:
             body.append(f"    #pragma omp parallel for collapse(2){trig}")
-        body += [f"    for (int64_t x0b = 0; x0b < {self.nest[0]}; x0b += {b})", "    {",
-                 f"        for (int64_t x1b = 0; x1b < {self.nest[1]}; x1b += {b})", "        {"]
         outer, inner = (1, 0) if self.tiled == "y" else (0, 1)
+        body += [f"    for (int64_t x{outer}b = 0; x{outer}b < {self.nest[outer]}; x{outer}b += {b})", "    {",
+                 f"        for (int64_t x{inner}b = 0; x{inner}b < {self.nest[inner]}; x{inner}b += {b})", "        {"]
         for d, indent in ((outer, "            "), (inner, "                ")):
             if d == inner:
                 body.append(f"{indent}#pragma omp simd{trig}")

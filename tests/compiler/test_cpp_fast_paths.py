@@ -139,7 +139,10 @@ def test_a_transpose_loops_over_blocks_inner_along_most_contiguous_accesses(chec
     blocks here), so the transposed read finds its lines in L1 again; the inner loop
     runs along x0 for x + y.t() (out and x contiguous there), along y0 for x.t() + y
     (whose output keeps x.t()'s strides). Two threads, [2049, 2047]: x.t() + y fp32
-    41 -> 3-7 ms, bf16 34 -> 3-4 (eager 9-15)."""
+    41 -> 3-7 ms, bf16 34 -> 3-4 (eager 9-15). The outermost loop steps over blocks
+    of the other dim, so that a thread's blocks follow one another along the
+    contiguous accesses (two threads, [2048, 2048], against Inductor: x.t() + y
+    bf16 3.3x -> 2.4x, (x.t() * 2).contiguous() fp32 1.42x -> 1.07-1.21x)."""
     x, y = torch.randn(70, 45).to(dtype), torch.randn(45, 70).to(dtype)
     inner = {}
     for name, fn in (("x + y.t()", lambda x, y: x + y.t()), ("y.t() + x", lambda x, y: y.t() + x)):
@@ -147,6 +150,7 @@ def test_a_transpose_loops_over_blocks_inner_along_most_contiguous_accesses(chec
         loops = re.findall(r"for \(int64_t (x\d)b? = x\db; ", src)
         assert "x0b += 32" in src and "x1b += 32" in src and len(loops) == 2, src
         inner[name] = loops[-1]
+        assert re.findall(r"for \(int64_t (x\d)b = 0; ", src) == loops, src  # blocks: outer, then inner
     assert inner == {"x + y.t()": "x1", "y.t() + x": "x0"}, inner
 
 
