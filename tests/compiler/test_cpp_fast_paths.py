@@ -147,11 +147,27 @@ def test_a_transpose_loops_over_blocks_inner_along_most_contiguous_accesses(chec
     inner = {}
     for name, fn in (("x + y.t()", lambda x, y: x + y.t()), ("y.t() + x", lambda x, y: y.t() + x)):
         src = _sources(check_compiled(fn, x, y))
-        loops = re.findall(r"for \(int64_t (x\d)b? = x\db; ", src)
+        loops = re.findall(r"for \(int64_t (x\d) = x\db; [^\n]*\n *\{", src)  # not a staged block's copy
         assert "x0b += 32" in src and "x1b += 32" in src and len(loops) == 2, src
         inner[name] = loops[-1]
         assert re.findall(r"for \(int64_t (x\d)b = 0; ", src) == loops, src  # blocks: outer, then inner
     assert inner == {"x + y.t()": "x1", "y.t() + x": "x0"}, inner
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_a_transposed_read_is_copied_in_blocks_of_8x8_transposes(check_compiled, dtype):
+    """x.t() + y (output strided as x.t()) reads y across its rows: each whole
+    block of y is copied by 8 x 8 transposes (fusion_transpose8) into a buffer that
+    the inner loop reads contiguously, a partial block (70 x 45 leaves some on both
+    edges) element by element. float64 has no such helper: it reads in place."""
+    for rows, cols in ((64, 96), (70, 45)):
+        x, y = torch.randn(rows, cols).to(dtype), torch.randn(cols, rows).to(dtype)
+        src = _sources(check_compiled(lambda x, y: x.t() + y, x, y))
+        assert ("fusion_transpose8(" in src) == (dtype != torch.float64), src
+    # an offset and a row stride that is not the row's length: a slice of y
+    src = _sources(check_compiled(lambda x, y: x.t() * 2 + y[3:, 5:69], torch.randn(64, 47).to(dtype),
+                                  torch.randn(50, 80).to(dtype)))
+    assert ("fusion_transpose8(" in src) == (dtype != torch.float64), src
 
 
 @pytest.mark.parametrize("threads", [1, 2])
