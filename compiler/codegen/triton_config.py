@@ -507,9 +507,9 @@ def walks_columns(kernel: FusedKernel) -> bool:
     log_softmax(1) [8, 21, 512, 512] bf16 159.3 / 59.4-59.8 (eager 133.9), fp32
     100.3 / 102.2-103.5; softmax(1) [32, 16, 128, 128] bf16 43.3 / 18.6-20.3, fp32
     29.5 / 24.0-25.8; sum(1) [64, 16, 65536] bf16 157.6 / 42.5-43.0 (eager 49.8),
-    fp32 76.9 / 74.6-75.4. A pooling window at stride 2
-    reads x two elements apart and keeps its persistent blocks (max_pool2d 3x3 [32,
-    64, 112, 112] bf16 32.9 / 44.3)."""
+    fp32 76.9 / 74.6-75.4. A pooling window at stride 2 reads x two elements apart
+    and keeps its persistent blocks (max_pool2d 3x3 [32, 64, 112, 112] bf16 32.9 /
+    44.3)."""
     loads = external_loads(kernel)
     if any(e.args[2] for e in loads):
         return False
