@@ -581,7 +581,7 @@ class CppKernel:
         self.r_loop = False  # rendering the body of a loop over r (of one row x)
         self.r_split = 0  # > 0: r walked as r0o * r_split + r0i (see _r_split)
         self.fast_trig = False  # float sin/cos by fusion_sinf/cosf, which flag TRIG_FLAG
-        self.staged = self._staged_loads()  # (buffer, index) -> the block it is copied to (see _stage)
+        self.staged = self._staged_loads()  # (buffer, index) -> (its block's copy, its step along the inner dim)
 
     # -- loop structure --------------------------------------------------------
     def _nest(self) -> list[int]:
@@ -654,10 +654,9 @@ class CppKernel:
                 return self.row_vars[name]
             if name in self.row_vars:  # a full member computed in this same loop
                 return self.row_vars[name]
-            staged = self.staged.get((name, sympy.expand(index)))
+            staged = self.staged and self.staged.get((name, sympy.expand(index)))  # expanded only in a tile
             if staged:
-                outer, inner = self._tile_dims()
-                return f"{staged}[(x{outer} - x{outer}b) * {CPP_TILE} + (x{inner} - x{inner}b)]"
+                return f"{staged[0]}[{self._staged_at()}]"
             sub = {sym: sympy.Symbol(cse[x]) for sym, x in indirect}
             return f"{self.args.ptr(name)}[{cexpr(index.xreplace(sub))}]"
         if s.op == "cast":
@@ -792,7 +791,8 @@ class CppKernel:
 
     def _staged_loads(self) -> dict:
         """A tile's loads that walk its outer loop contiguously and its inner one
-        with a stride (y in x.t() + y): {(buffer, index): the block it is copied to}.
+        with a stride (y in x.t() + y): {(buffer, index): (the block it is copied to,
+        its step along the inner dim)}.
         Read in place, the inner loop gathers them, from rows that a power-of-two
         stride puts in one set of L1."""
         if not self.tiled:
@@ -806,8 +806,13 @@ class CppKernel:
             step = index.coeff(inner)
             if (not indirect and linear and index.coeff(outer) == 1 and step.is_Integer and step > 1
                     and self.buffers[name].dtype in TRANSPOSED_TYPES):
-                staged.setdefault((name, index), f"staged{len(staged)}")
+                staged.setdefault((name, index), (f"staged{len(staged)}", int(step)))
         return staged
+
+    def _staged_at(self) -> str:
+        """Where a tile's element is in a staged block: laid out along the inner dim."""
+        outer, inner = self._tile_dims()
+        return f"(x{outer} - x{outer}b) * {CPP_TILE} + (x{inner} - x{inner}b)"
 
     def _stage(self, body: list[str], outer: int, inner: int):
         """Copy each staged load's block (see _staged_loads) into a buffer along the
@@ -818,10 +823,9 @@ class CppKernel:
         (x.t() * 2).contiguous() fp32 [2048, 2048] 1.33 -> 0.88."""
         b, i = CPP_TILE, " " * 12
         whole = f"x{outer}b + {b} <= {self.nest[outer]} && x{inner}b + {b} <= {self.nest[inner]}"
-        at = f"(x{outer} - x{outer}b) * {b} + (x{inner} - x{inner}b)"
-        for (name, index), buf in self.staged.items():
+        at = self._staged_at()
+        for (name, index), (buf, step) in self.staged.items():
             src = f"{self.args.ptr(name)}[{cexpr(index)}]"
-            step = int(sympy.expand(index).coeff(symbol(f"x{inner}")))
             body += [f"{i}{_element(self.buffers[name].dtype)} {buf}[{b * b}];",
                      f"{i}if ({whole})",
                      f"{i}{{",
