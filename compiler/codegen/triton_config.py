@@ -73,6 +73,19 @@ WIDE_PERSISTENT_MAX_INPUTS = 3
 SHIFTED_PERSISTENT_MAX_BYTES = 32 << 10
 # reducing a strided dim: only short ones, so that a block is wide in the contiguous x
 OUTER_PERSISTENT_MAX_RBLOCK = 128
+# ... and of 2-byte elements only up to 32 rows: the block of 33-128 spreads its rows
+# over the lanes and warps that its 16-byte vectors along x leave over, where a loop
+# of 8-16 rows a step keeps them in each thread's accumulators. H200, do_bench per
+# call, us, persistent / looped (Inductor), bf16: mean(1) [64, 100, 16384] 78.5 / 58.1
+# (58.9); sum(1) [64, 64, 65536] 202.7 / 136.7 (470.2); softmax(1) [32, 48, 128, 128]
+# 50.0 / 34.9 (96.5), [32, 64, 128, 128] 51.5 / 47.3 (105.4), but [32, 128, 64, 64]
+# 25.2 / 29.6 (45.7); x - x.amax(1) [64, 40, 16384] 51.8 / 45.2 (113.1); LayerNorm2d
+# [32, 96, 56, 56] 27.1 / 22.2 (20.2), [32, 64, 112, 112] 47.3 / 44.8 (85.3);
+# log_softmax(1) [8, 100, 128, 128] 25.2 / 23.4 (34.6). In float32 the persistent
+# block is as fast or faster (LayerNorm2d [32, 64, 112, 112] 55.3 / 63.7, log_softmax(1)
+# [8, 100, 128, 128] 30.6 / 40.2). Stepping a row at a time (as walks_columns) past 32
+# rows was slower still (softmax(1) [32, 64, 128, 128] bf16 90.6, fp32 129.1)
+NARROW_OUTER_PERSISTENT_MAX_RBLOCK = 32
 # ... and, where its blocks of columns are two or more an SM, a per-element consumer
 # joins it only over rows up to this long (scheduler._splits_rows_alone)
 OUTER_FUSED_MAX_ROWS = 256
@@ -190,7 +203,7 @@ def _plan(kernel: FusedKernel, gpu: bool, itemsize: int, int64: bool, gathers: b
     inner = order is not None or _loads_reduce_contiguous(kernel)  # reduces_contiguous, the order found once
     rblock = pow2(rn)
     narrow = PERSISTENT_MAX_RBLOCK.get(min(itemsize, 8), 4096)  # rows any target holds in registers
-    limit = narrow if inner else OUTER_PERSISTENT_MAX_RBLOCK
+    limit = narrow if inner else OUTER_PERSISTENT_MAX_RBLOCK if itemsize > 2 else NARROW_OUTER_PERSISTENT_MAX_RBLOCK
     if gpu and inner and itemsize <= 4 and len(_row_inputs(kernel)) <= WIDE_PERSISTENT_MAX_INPUTS:
         limit = max(limit, WIDE_PERSISTENT_MAX_RBLOCK[itemsize])
     # one pass over r reads each row once either way: long rows then loop, so
