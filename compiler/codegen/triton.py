@@ -814,7 +814,11 @@ class TritonKernel:
             # fp32: 444 -> 414 us). Rows of 2-byte elements too, now that the rows
             # written leave first (H200, [2048, 50257] bf16: softmax 159.5 -> 155.4
             # us, layer_norm 222.5 -> 207.8; before the stores were hinted, these
-            # hints cost bf16 softmax 3-5% on an H100)
+            # hints cost bf16 softmax 3-5% on an H100). Across kernels (a graph's next
+            # kernel reading x again) evict_last or no hint here, with or without the
+            # next kernel's programs in reverse order, was mixed (H200, do_bench, us:
+            # x - x.mean(0) fp32 [16384, 4096] 200.9 -> 197.4; softmax(0) bf16 [65536,
+            # 256] 43.0 -> 45.5; BatchNorm train channels-last bf16 58.2 -> 60.8)
             later = set().union(*loop_reads)
             if not self.plan.window:  # a window's elements are read again by the next block
                 self.evict = {n: "evict_last" if n in later else "evict_first" for n in reads}
