@@ -170,6 +170,23 @@ def test_a_transposed_read_is_copied_in_blocks_of_8x8_transposes(check_compiled,
     assert ("fusion_transpose8(" in src) == (dtype != torch.float64), src
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_a_blocked_reductions_transposed_stores_leave_a_tile_at_a_time(check_compiled, dtype):
+    """softmax(x.t()) and layer_norm(x.t()) reduce down x's columns in blocks of
+    lanes and store each result row contiguously along r: a tile of STORE_TILE
+    steps is staged and written out by 8 x 8 transposes (fusion_transpose8) where
+    whole, element by element on the edges (rows and lanes that leave partial
+    tiles here: 203 x 77; 9 lanes, not a multiple of 8). float64 has no such helper."""
+    for x in (torch.randn(203, 77).to(dtype), torch.randn(64, 9).to(dtype)):
+        for fn in (lambda x: x.t().softmax(-1), lambda x: F.layer_norm(x.t(), (x.shape[0],)) * 2):
+            src = _sources(check_compiled(fn, x))
+            assert ("stored0[(r0 - r0t) * " in src) == (dtype != torch.float64), src
+            assert ("fusion_transpose8(" in src) == (dtype != torch.float64 and x.shape[1] >= 64), src
+    # a store contiguous along the lanes stays in place (x - x.mean(0), blocked too)
+    src = _sources(check_compiled(lambda x: x - x.mean(0), torch.randn(203, 77).to(dtype)))
+    assert "stored0" not in src, src
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_one_thread_kernels_have_no_parallel_region(check_compiled, threads):
     x = torch.randn(300, 1000)
