@@ -73,7 +73,12 @@ TRANSPOSED_TYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 # elements below which a kernel runs on one thread (a parallel region costs microseconds)
 PARALLEL_MIN_ELEMENTS = 32768
-CPP_TILE = 32  # a transpose's blocks are this many elements a side
+# a transpose's blocks are this many elements a side: rows of 64 bf16 are two cache
+# lines, of 32 one (two threads on this VM, ours / Inductor, median of paired rounds,
+# two runs, 32 -> 64: x.t() + y bf16 [2048, 2048] 1.28-1.32 -> 1.12-1.13, [1023, 4097]
+# 1.31-1.37 -> 1.06-1.17, (x.t() * 2).contiguous() bf16 1.25-1.29 -> 1.08-1.10; fp32
+# x.t() + y [2048, 2048] 0.96-1.04 -> 0.92-0.97, [4099, 4097] 0.97-1.00 -> 0.86-0.91)
+CPP_TILE = 64
 STORE_TILE = 8  # steps r0 of a blocked reduction whose transposed stores leave together (_write_staged)
 TRIG_FLAG = "fusion_trig_out"  # set by fusion_sinf/cosf where an argument needs libm's
 

@@ -148,7 +148,7 @@ def test_a_transpose_loops_over_blocks_inner_along_most_contiguous_accesses(chec
     for name, fn in (("x + y.t()", lambda x, y: x + y.t()), ("y.t() + x", lambda x, y: y.t() + x)):
         src = _sources(check_compiled(fn, x, y))
         loops = re.findall(r"for \(int64_t (x\d) = x\db; [^\n]*\n *\{", src)  # not a staged block's copy
-        assert "x0b += 32" in src and "x1b += 32" in src and len(loops) == 2, src
+        assert f"x0b += {cpp.CPP_TILE}" in src and f"x1b += {cpp.CPP_TILE}" in src and len(loops) == 2, src
         inner[name] = loops[-1]
         assert re.findall(r"for \(int64_t (x\d)b = 0; ", src) == loops, src  # blocks: outer, then inner
     assert inner == {"x + y.t()": "x1", "y.t() + x": "x0"}, inner
