@@ -154,6 +154,18 @@ def test_a_transpose_loops_over_blocks_inner_along_most_contiguous_accesses(chec
     assert inner == {"x + y.t()": "x1", "y.t() + x": "x0"}, inner
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_transpose_tie_goes_to_its_stores(check_compiled, dtype):
+    """(x + b).t().contiguous(): the bias row b moves along one dim only and has no
+    vote; x and the output tie, and the inner loop runs along the output, whose
+    stores would otherwise scatter, while x's block is copied by transposes
+    (two threads, fp32 [2048, 2048]: 3.5-4.4x Inductor -> 0.90-0.97x)."""
+    x, b = torch.randn(70, 45).to(dtype), torch.randn(45).to(dtype)
+    src = _sources(check_compiled(lambda x, b: (x + b).t().contiguous(), x, b))
+    loops = re.findall(r"for \(int64_t (x\d) = x\db; [^\n]*\n *\{", src)
+    assert loops[-1] == "x1" and "out_ptr0[70*x0 + x1]" in src and "fusion_transpose8(" in src, src
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 def test_a_transposed_read_is_copied_in_blocks_of_8x8_transposes(check_compiled, dtype):
     """x.t() + y (output strided as x.t()) reads y across its rows: each whole
