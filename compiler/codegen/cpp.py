@@ -603,7 +603,7 @@ class CppKernel:
                 return [size for size, _ in self.order]
             if layout and layout[0] == "tile" and not self.k.is_scatter:
                 n = layout[1]
-                walks = tile_walks(walking_indices(self.k), n, self.k.xnumel)
+                walks = tile_walks(walking_indices(self.k), n, self.k.xnumel)  # the stores' first
                 stores = walks[: sum(X in sympy.expand(m.store_index).free_symbols for m in self.k.members if m.stored)]
                 # blocks of x0 = n * y0 + x0 (see _tile_loops_open), the inner loop along y0
                 # where more accesses are contiguous that way (an output that keeps x.t()'s
@@ -824,11 +824,9 @@ class CppKernel:
         for e in external_loads(self.k):
             name, index, indirect = e.args
             index = sympy.expand(self._rewrite_index(index))
-            linear = not any(f.free_symbols & {outer, inner} for f in index.atoms(FloorDiv, ModularIndexing))
-            step = index.coeff(inner)
-            if (not indirect and linear and index.coeff(outer) == 1 and step.is_Integer and step > 1
-                    and self.buffers[name].dtype in TRANSPOSED_TYPES):
-                staged.setdefault((name, index), (f"staged{len(staged)}", int(step)))
+            step = _transposed_step(index, outer, inner)
+            if not indirect and step and self.buffers[name].dtype in TRANSPOSED_TYPES:
+                staged.setdefault((name, index), (f"staged{len(staged)}", step))
         return staged
 
     def _staged_at(self) -> str:
@@ -1097,11 +1095,9 @@ class CppKernel:
             buf = m.node.buffer
             if m.role != "full" or not m.stored or buf.store_target is not None or buf.dtype not in TRANSPOSED_TYPES:
                 continue
-            index = sympy.expand(self._rewrite_index(m.store_index))
-            step = _stride(index, xl)
-            if (_stride(index, R) == 1 and step is not None and step.is_Integer and step > 1
-                    and not any(f.free_symbols & {xl, R} for f in index.atoms(FloorDiv, ModularIndexing))):
-                out[m.node.name] = (f"stored{len(out)}", int(step))
+            step = _transposed_step(sympy.expand(self._rewrite_index(m.store_index)), R, xl)
+            if step:
+                out[m.node.name] = (f"stored{len(out)}", step)
         return out
 
     def _write_staged(self, body, indent):
@@ -1463,6 +1459,17 @@ def _stride(index: sympy.Expr, var: sympy.Symbol):
     except Exception:
         return None
     return d if d.is_number else None
+
+
+def _transposed_step(index: sympy.Expr, along: sympy.Symbol, across: sympy.Symbol) -> int:
+    """How far an access that walks `along` contiguously moves as `across` steps
+    (an element of a block read or written across its rows, which fusion_transpose8
+    moves in 8 x 8 blocks); 0 where it is not such an access (nonlinear in either,
+    or not strided across)."""
+    if any(f.free_symbols & {along, across} for f in index.atoms(FloorDiv, ModularIndexing)):
+        return 0
+    step = index.coeff(across)
+    return int(step) if index.coeff(along) == 1 and step.is_Integer and step > 1 else 0
 
 
 def _divides_by_row_value(e: ir.Expr) -> bool:
