@@ -203,7 +203,8 @@ def _plan(kernel: FusedKernel, gpu: bool, itemsize: int, int64: bool, gathers: b
     inner = order is not None or _loads_reduce_contiguous(kernel)  # reduces_contiguous, the order found once
     rblock = pow2(rn)
     narrow = PERSISTENT_MAX_RBLOCK.get(min(itemsize, 8), 4096)  # rows any target holds in registers
-    limit = narrow if inner else OUTER_PERSISTENT_MAX_RBLOCK if itemsize > 2 else NARROW_OUTER_PERSISTENT_MAX_RBLOCK
+    outer_limit = OUTER_PERSISTENT_MAX_RBLOCK if itemsize > 2 else NARROW_OUTER_PERSISTENT_MAX_RBLOCK
+    limit = narrow if inner else outer_limit
     if gpu and inner and itemsize <= 4 and len(_row_inputs(kernel)) <= WIDE_PERSISTENT_MAX_INPUTS:
         limit = max(limit, WIDE_PERSISTENT_MAX_RBLOCK[itemsize])
     # one pass over r reads each row once either way: long rows then loop, so

@@ -301,8 +301,8 @@ def test_a_reduction_over_few_strided_rows_steps_along_them(device, dtype):
     contiguously (log_softmax over 21 classes of [N, 21, H, W], a column sum),
     steps a row at a time, unrolled, each a contiguous vector of a block of x
     (H200, log_softmax(1) [8, 21, 512, 512] bf16: 159.3 -> 59.4 us). More rows,
-    or a window read two elements apart (a pooling at stride 2), keep a
-    persistent block."""
+    or a window read two elements apart (a pooling at stride 2), do not step a
+    row at a time."""
     x = rand(2, 21, 9, 13, device=device, dtype=dtype)
     for fn, args in ((lambda x: x.log_softmax(1), (x,)), (lambda x: x.softmax(1) * 2, (x,)),
                      (lambda y: y.sum(0), (rand(6, 301, device=device, dtype=dtype),)),
