@@ -11,7 +11,8 @@ source with the same arguments (`compile_kernel`), which Triton finds there.
 Jobs arrive on the worker's stdin and answers leave on its stdout, each pickled
 behind its length: None when the kernel compiled, else why it did not (the
 parent then compiles it itself, and raises what Triton raises). A worker exits
-when its stdin closes, so none outlives the process that started it."""
+when its stdin closes, so none outlives the process that started it. A worker
+links libdevice's float32 functions from a small library (slim_libdevice.py)."""
 from __future__ import annotations
 
 import os
@@ -74,14 +75,14 @@ class Workers:
     """Worker processes and a queue of compile jobs, each served by the next free
     worker. `submit` gives None while no worker is ready."""
 
-    def __init__(self, count: int, target: tuple):
+    def __init__(self, count: int, target: tuple, libdevice_dir: str = ""):
         import queue
         import threading
 
         self.ready = 0
         self.compiled = self.failed = 0  # answers so far (tests read them)
         self.processes: list = []
-        self._argv = [sys.executable, __file__, *map(str, target)]
+        self._argv = [sys.executable, __file__, *map(str, target)] + ([libdevice_dir] if libdevice_dir else [])
         self._jobs = queue.SimpleQueue()
         self._lock = threading.Lock()
         for i in range(count):
@@ -152,13 +153,14 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget)
 
 
-def workers(count: int, target: tuple) -> Workers | None:
-    """The process's workers for `target`, started by the first call (None when count is 0)."""
+def workers(count: int, target: tuple, libdevice_dir: str = "") -> Workers | None:
+    """The process's workers for `target`, started by the first call (None when
+    count is 0), keeping their small libdevice (slim_libdevice.py) in `libdevice_dir`."""
     global _workers
     if count <= 0:
         return None
     if _workers is None:
-        _workers = Workers(count, target)
+        _workers = Workers(count, target, libdevice_dir)
     return _workers
 
 
@@ -191,6 +193,21 @@ def _warm_up(target: tuple) -> None:
             print(f"pytest-fusion compile worker: {type(e).__name__}: {e}", file=sys.stderr)
 
 
+def _link_slim_libdevice(directory: str) -> None:
+    """Kernels compiled here link a small libdevice (slim_libdevice.py, loaded by
+    its path: this package's __init__ imports torch, which a worker does without)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.spec_from_file_location("fusion_slim_libdevice",
+                                                      os.path.join(os.path.dirname(os.path.abspath(__file__)), "slim_libdevice.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        mod.install(directory)
+    except Exception as e:  # kernels link the whole library, as Triton does
+        print(f"pytest-fusion compile worker: no small libdevice ({type(e).__name__}: {e})", file=sys.stderr)
+
+
 def main() -> None:
     if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
         sys.path.pop(0)  # this package's modules are not top-level ones
@@ -198,6 +215,8 @@ def main() -> None:
     os.dup2(2, 1)  # what Triton prints goes to stderr, not into the answers
     inp = sys.stdin.buffer
     target = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    if len(sys.argv) > 4:
+        _link_slim_libdevice(sys.argv[4])  # before the warm-up, whose erf has it built
     _warm_up(target)
     _send(out, "ready")
     modules: dict = {}

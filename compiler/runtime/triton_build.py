@@ -430,7 +430,7 @@ def build(name: str, source: str, meta: dict):
         configs = [chosen]
     hit = hit and (len(meta["configs"]) == 1 or chosen is not None)
     target = _target()
-    pool = compile_workers.workers(config.compile_workers, target)
+    pool = compile_workers.workers(config.compile_workers, target, str(cache_dir() / "libdevice"))
     futures = [_executor().submit(_compile_one, fn, meta, cfg, path, target, pool) for cfg in configs]
 
     def resolve(args):

@@ -1741,6 +1741,57 @@ def test_compile_workers_fill_the_cache_the_parent_compiles_from(tmp_path, monke
             proc.kill()
 
 
+def test_a_worker_links_a_small_libdevice_to_the_same_code(tmp_path, monkeypatch):
+    """A compile worker links the float32 functions a kernel calls (sin, tanh, pow)
+    from a small library it builds out of libdevice, into the directory it is
+    given: the kernel compiles to the same PTX and cubin as with the whole library.
+    A kernel of float64 links the whole library; a small library found broken is
+    built again (cut short) or given up for the whole one (unparsable)."""
+    require_compiler_for_h100()
+    from compiler.runtime import compile_workers, slim_libdevice, triton_build
+
+    def kernel(fn, x):
+        torch._dynamo.reset()
+        return check(fn, x, tol=dict(rtol=1e-6, atol=1e-6)).kernels[0]
+
+    def compiled(kernel):
+        meta = meta_of(kernel.source)
+        module, path, _ = triton_build.load_module(kernel.name, kernel.source, interpret=False)
+        dtypes = [a["dtype"] for a in meta["args"]]
+        blocks = {b: min(v, 256) for b, v in meta["configs"][0].items() if b.endswith("BLOCK")}
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / f"triton{len(os.listdir(tmp_path))}"))  # a fresh one
+        return compile_workers.compile_kernel(getattr(module, kernel.name), dtypes, blocks, dict(num_warps=4), ("cuda", 90, 32))
+
+    f32 = kernel(lambda x: x.sin() * x.tanh() + x.abs() ** 2.5, rand(1000, device="cpu"))
+    f64 = kernel(lambda x: x.sin() * x.tanh(), rand(1000, device="cpu", dtype=torch.float64))
+    whole = compiled(f32)
+    lib = tmp_path / "libdevice"
+    link = slim_libdevice.install(str(lib))
+    try:
+        small = compiled(f32)
+        assert link.linked_small == 1 and len(os.listdir(lib)) == 1
+        assert small.asm["ptx"] == whole.asm["ptx"] and small.asm["cubin"] == whole.asm["cubin"]
+        compiled(f64)
+        assert link.linked_small == 1
+        (built,) = lib.iterdir()
+        built.write_text(built.read_text()[:200])  # cut short: no function left, built again
+        link.libs.clear()
+        assert compiled(f32).asm["ptx"] == whole.asm["ptx"] and link.linked_small == 2
+        built.write_text("define float @__nv_sinf(float %x) {")  # unparsable: the whole library
+        link.libs.clear()
+        assert compiled(f32).asm["ptx"] == whole.asm["ptx"] and link.linked_small == 2
+    finally:
+        slim_libdevice.uninstall()
+    # a worker process builds its own into the directory it is given
+    workers = compile_workers.Workers(1, ("cuda", 90, 32), str(tmp_path / "worker-libdevice"))
+    try:
+        _ready(workers, 1)
+        assert [p.name.startswith("libdevice-f32-") for p in (tmp_path / "worker-libdevice").iterdir()] == [True]
+    finally:
+        for proc in workers.processes:
+            proc.kill()
+
+
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device: kernels compile in workers for a GPU")
 def test_gpu_kernels_compile_in_worker_processes():
     """Once the workers are up, every configuration of a GPU kernel is compiled by
