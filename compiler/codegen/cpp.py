@@ -484,7 +484,7 @@ def _binary(name, a, b, t):
         return f"fusion_philox({a}, {b})"
     if name in INFIX_OPS:
         return f"({a} {INFIX_OPS[name]} {b})"
-    if name == "truediv":
+    if name in ("truediv", "truediv_bf16"):
         return f"({a} / {b})"
     if name == "mul_rn":  # g++ contracts no product into an fma here (-ffp-contract=off)
         return f"({a} * {b})"
@@ -695,7 +695,7 @@ class CppKernel:
             return f"{WRAPPING_C[s.op]}<{CTYPE[t]}>({', '.join(a)})"
         if s.op in UNARY_C:
             return UNARY_C[s.op](a[0], s.args[0].dtype)
-        if s.op == "truediv" and self.r_loop and _divides_by_row_value(s):
+        if s.op in ("truediv", "truediv_bf16") and self.r_loop and _divides_by_row_value(s):
             # a division by a row value (x / x.sum(-1, keepdim=True)): a multiply by the
             # reciprocal, which g++ hoists out of the loop (a vector divide costs as much as the rest)
             return f"(fusion_recip_ok({a[1]}) ? {a[0]} * ({_const(1, t)} / {a[1]}) : {a[0]} / {a[1]})"

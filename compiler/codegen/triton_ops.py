@@ -158,6 +158,8 @@ def binary(op: str, a: str, b: str, t: torch.dtype, cuda: bool = False) -> str:
     if op == "truediv":
         # correctly rounded, as eager's CUDA kernels divide: Triton's float32 `/` is div.full (2 ulp)
         return f"tl.div_rn({a}, {b})" if cuda and t == torch.float32 and not config.fast_math else f"{a} / {b}"
+    if op == "truediv_bf16":  # rounded to bfloat16 at once: div.full gives eager's bits (pointwise._true_div)
+        return f"{a} / {b}"
     if op == "mul_rn":  # a product rounded before it is added, which FP fusion must not contract into an FMA
         return f"libdevice.mul_rn({a}, {b})" if cuda and t in (torch.float32, torch.float64) else f"{a} * {b}"
     if op == "logical_and":

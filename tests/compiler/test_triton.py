@@ -415,6 +415,36 @@ def test_exp_and_division_give_eagers_bits_on_a_gpu(op):
     assert not re.search(r"_expf\(|_rcp_rn\(|tl\.div_rn\(", fast.kernels[0].source), fast.kernels[0].source
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_quotient_of_bfloat16_tensors_divides_with_div_full_and_gives_eagers_bits(device):
+    """A division of two bfloat16 tensors into a bfloat16 result is Triton's `/`
+    (div.full on a GPU; div.rn costs more) and still gives eager's bits, for every
+    bfloat16 bit pattern over a shuffle of them (subnormals, inf, NaN). A division
+    with a float16, float32 or upcast operand stays correctly rounded (tl.div_rn)."""
+    a = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).to(device)
+    if device == "cpu":  # Triton's interpreter widens bfloat16 subnormals wrongly (1e-39 came out 4.4e-39)
+        a = torch.where((a != 0) & (a.abs() < torch.finfo(torch.bfloat16).tiny), 1.0, a)
+    b = a[torch.randperm(a.numel(), generator=torch.Generator().manual_seed(0)).to(device)]
+    cases = {
+        "bf16 / bf16": (lambda a, b: a / b, (a, b), True),
+        "(a - 1) / sqrt(b)": (lambda a, b: (a - 1) / b.abs().sqrt(), (a, b), True),
+        "upcast": (lambda a, b: (a.float() / b.float()).bfloat16(), (a, b), False),
+        "bf16 / fp32": (lambda a, b: a / b.float(), (a, b), False),
+        "fp16 / fp16": (lambda a, b: a / b, (a.float().half(), b.float().half()), False),
+    }
+    for name, (fn, args, div_full) in cases.items():
+        torch._dynamo.reset()
+        with compiler.capture() as cap, torch.no_grad():
+            out = torch.compile(fn, backend="fusion")(*args)
+        ref = fn(*args)
+        bits = {2: torch.int16, 4: torch.int32}[ref.element_size()]
+        same = (out.view(bits) == ref.view(bits)) | (out.isnan() & ref.isnan())
+        assert same.all(), (name, args[0][~same][:4].tolist(), out[~same][:4].tolist(), ref[~same][:4].tolist())
+        assert ("truediv_bf16" in cap.graphs[0].ir) == div_full, (name, cap.graphs[0].ir)
+        if device == "cuda":
+            assert ("div_rn(" not in cap.kernels[0].source) == div_full, (name, cap.kernels[0].source)
+
+
 @pytest.mark.parametrize("op", ["sqrt", "rsqrt"])
 @pytest.mark.parametrize("device", DEVICES)
 def test_sqrt_and_rsqrt_give_eagers_bits(device, op):
