@@ -777,6 +777,20 @@ def test_gpu_gathers_are_timed_on_the_first_calls_tensors():
     assert k.launch["timed_on"] == "scratch", k.launch
 
 
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device: kernels are timed on a GPU")
+def test_gpu_scatters_run_their_first_guess_untimed():
+    """A scatter big enough for its gathers and stores to be timed has one
+    configuration, untimed: scratch inputs (zero indices) would time every update
+    landing on one element, and it cannot run again on its call's tensors."""
+    src, index = rand(1 << 22, 8, device="cuda"), torch.randint(0, 4096, (1 << 22,), device="cuda")
+    out = torch.zeros(4096, 8, device="cuda")
+    cap = check(lambda s, i: out.index_add(0, i, s), src, index, tol=dict(rtol=1e-4, atol=1e-3))
+    (scatter,) = [k for k in cap.kernels if k.kind == "scatter"]
+    assert len(meta_of(scatter.source)["configs"]) == 1 and scatter.launch["timed"] == [], scatter.launch
+    (k,) = check(lambda x: x.sin(), src).kernels
+    assert len(k.launch["timed"]) > 1, k.launch  # a kernel as big but no scatter is timed
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_pointwise_loads_read_again_ask_l2_to_keep_them(device):
     """Rotary embedding reads each element at its own index, and again shifted by
