@@ -26,7 +26,7 @@ import torch
 
 from .. import ir
 from ..config import config
-from ..index import fold_divmod, simplify_with_ranges, unclamp, upper_bound
+from ..index import fold_divmod, is_affine_in, simplify_with_ranges, unclamp, upper_bound
 from ..runtime.triton_build import interpreting
 from ..scheduler import R, X, FusedKernel, layout_deciding
 from .common import SORTS, choose_layout, external_loads, reduction_order, walking_indices
@@ -48,6 +48,14 @@ PERSISTENT_MAX_RBLOCK = {1: 8192, 2: 8192, 4: 4096, 8: 2048}
 # 102.0 / 113.9, softmax [4096, 32000] 254.1 / 275.7, layer_norm [4096, 16384]
 # 134.4 / 153.9, though group_norm 70.8 / 67.1)
 WIDE_PERSISTENT_MAX_RBLOCK = {1: 16384, 2: 16384, 4: 32768}
+# ... and up to this many where a load picks its element by a division of r (group
+# norm's weight and bias, one a channel of the group): such rows ran faster looped
+# (H200, do_bench per call, float32 group_norm with 32 groups, rows of 25088,
+# persistent against looped: [32, 256, 56, 56] 71.7 / 67.0 us, [64, ...] 129.4 /
+# 120.8, [16, ...] 42.1 / 38.6), where rows read at r itself stayed faster
+# persistent (rms_norm [1024, 25088] 57.0 / 62.0, softmax [1024, 32000] 73.9 /
+# 77.2, layer_norm [1024, 25088] 56.5 / 58.0)
+DIVIDED_ROW_MAX_RBLOCK = 16384
 # rows of 512-2048 (padded) are held by 4-warp programs of 4096 elements, 32 a
 # thread, whatever their type: more warps spend more of the short kernel on the
 # reduction's exchanges. H200, per call, against the earlier 32 (fp32) or 64 bytes
@@ -214,6 +222,8 @@ def _plan(kernel: FusedKernel, gpu: bool, itemsize: int, int64: bool, gathers: b
     limit = narrow if inner else outer_limit
     if gpu and inner and itemsize <= 4 and len(_row_inputs(kernel)) <= WIDE_PERSISTENT_MAX_INPUTS:
         limit = max(limit, WIDE_PERSISTENT_MAX_RBLOCK[itemsize])
+        if _divides_r(kernel):
+            limit = min(limit, max(narrow, DIVIDED_ROW_MAX_RBLOCK))
     # one pass over r reads each row once either way: long rows then loop, so
     # that the block size along r can be tuned (one iteration = persistent)
     one_pass = kernel.loops == 1
@@ -379,6 +389,12 @@ def _tiled_configs(yn: int, xn: int, gpu: bool, itemsize: int) -> list:
 def _row_inputs(kernel: FusedKernel) -> set:
     """The buffers a kernel reads along r (whole rows of them live at once when persistent)."""
     return {e.args[0] for e in external_loads(kernel) if R in e.args[1].free_symbols}
+
+
+def _divides_r(kernel: FusedKernel) -> bool:
+    """Whether a load's index takes a division (or remainder) of r: a value held
+    for a stretch of the row, as group norm's per-channel weight."""
+    return any(R in e.args[1].free_symbols and not is_affine_in(e.args[1], R) for e in external_loads(kernel))
 
 
 def _row_indices(kernel: FusedKernel) -> list | None:

@@ -1011,6 +1011,31 @@ def persistent_gpu_configs(rows: int, cols: int, dtype) -> list:
     return _persistent_configs(rows, pow2(cols), inner=True, gpu=True, itemsize=dtype.itemsize)
 
 
+def test_a_gpu_loops_float32_rows_of_32768_that_a_load_divides(monkeypatch):
+    """On a GPU, float32 rows padded to 32768 stay in registers (rms_norm), unless a
+    load takes a division of r (group norm's per-channel weight and bias): those
+    loop, which ran faster. The plan is asked of the kernels a compile lowered."""
+    from compiler.codegen import triton_config
+
+    kernels = []
+    plan = triton_config.plan
+    monkeypatch.setattr(triton_config, "plan", lambda k, *a, **kw: kernels.append(k) or plan(k, *a, **kw))
+
+    def gpu_plan(fn, *args):
+        kernels.clear()
+        check(fn, *args, tol=dict(rtol=1e-4, atol=1e-4))
+        (k,) = [k for k in kernels if k.rnumel > 1]
+        return triton_config._plan(k, True, 4, False, False)
+
+    x, w, b = rand(2, 64, 56, 56, device="cpu"), rand(64, device="cpu"), rand(64, device="cpu")
+    group_norm = gpu_plan(lambda x, w, b: F.group_norm(x, 8, w, b), x, w, b)  # rows of 8 x 3136 = 25088
+    rms_norm = gpu_plan(lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+                        rand(4, 25088, device="cpu"), rand(25088, device="cpu"))
+    assert not group_norm.persistent and rms_norm.persistent, (group_norm, rms_norm)
+    smaller = gpu_plan(lambda x, w, b: F.group_norm(x, 8, w, b), rand(2, 32, 28, 28, device="cpu"), w[:32], b[:32])
+    assert smaller.persistent  # rows of 4 x 784: the narrow limit still holds them
+
+
 @pytest.mark.parametrize("shape", [(8192, 4096), (8192, 1024)])
 def test_big_persistent_reductions_tune_rows_per_program_for_h100(shape):
     """Where a program of a big persistent reduction takes several rows, a GPU
