@@ -1032,8 +1032,8 @@ def test_a_gpu_loops_float32_rows_of_32768_that_a_load_divides(monkeypatch):
     rms_norm = gpu_plan(lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
                         rand(4, 25088, device="cpu"), rand(25088, device="cpu"))
     assert not group_norm.persistent and rms_norm.persistent, (group_norm, rms_norm)
-    smaller = gpu_plan(lambda x, w, b: F.group_norm(x, 8, w, b), rand(2, 32, 28, 28, device="cpu"), w[:32], b[:32])
-    assert smaller.persistent  # rows of 4 x 784: the narrow limit still holds them
+    shorter = gpu_plan(lambda x, w, b: F.group_norm(x, 8, w, b), rand(2, 64, 28, 56, device="cpu"), w, b)
+    assert shorter.persistent and shorter.configs[0]["RBLOCK"] == 16384  # rows of 8 x 1568 = 12544 stay
 
 
 @pytest.mark.parametrize("shape", [(8192, 4096), (8192, 1024)])
