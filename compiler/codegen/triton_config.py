@@ -26,7 +26,7 @@ import torch
 
 from .. import ir
 from ..config import config
-from ..index import fold_divmod, is_affine_in, simplify_with_ranges, unclamp, upper_bound
+from ..index import FloorDiv, ModularIndexing, fold_divmod, simplify_with_ranges, unclamp, upper_bound
 from ..runtime.triton_build import interpreting
 from ..scheduler import R, X, FusedKernel, layout_deciding
 from .common import SORTS, choose_layout, external_loads, reduction_order, walking_indices
@@ -392,9 +392,16 @@ def _row_inputs(kernel: FusedKernel) -> set:
 
 
 def _divides_r(kernel: FusedKernel) -> bool:
-    """Whether a load's index takes a division (or remainder) of r: a value held
-    for a stretch of the row, as group norm's per-channel weight."""
-    return any(R in e.args[1].free_symbols and not is_affine_in(e.args[1], R) for e in external_loads(kernel))
+    """Whether a load's index takes r only through divisions: a value held for
+    stretches of the row, as group norm's per-channel weight (not a row of a view,
+    whose index also takes r's remainder)."""
+    def held(index) -> bool:
+        parts = [f for f in index.atoms(FloorDiv, ModularIndexing) if R in f.free_symbols]
+        if not parts or any(isinstance(f, ModularIndexing) and f.args[1] == 1 for f in parts):
+            return False
+        return R not in index.subs({f: 0 for f in parts}).free_symbols
+
+    return any(held(e.args[1]) for e in external_loads(kernel))
 
 
 def _row_indices(kernel: FusedKernel) -> list | None:

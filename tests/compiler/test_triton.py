@@ -1021,11 +1021,14 @@ def test_a_gpu_loops_float32_rows_of_32768_that_a_load_divides(monkeypatch):
     plan = triton_config.plan
     monkeypatch.setattr(triton_config, "plan", lambda k, *a, **kw: kernels.append(k) or plan(k, *a, **kw))
 
-    def gpu_plan(fn, *args):
+    def reduction(fn, *args):
         kernels.clear()
         check(fn, *args, tol=dict(rtol=1e-4, atol=1e-4))
         (k,) = [k for k in kernels if k.rnumel > 1]
-        return triton_config._plan(k, True, 4, False, False)
+        return k
+
+    def gpu_plan(fn, *args):
+        return triton_config._plan(reduction(fn, *args), True, 4, False, False)
 
     x, w, b = rand(2, 64, 56, 56, device="cpu"), rand(64, device="cpu"), rand(64, device="cpu")
     group_norm = gpu_plan(lambda x, w, b: F.group_norm(x, 8, w, b), x, w, b)  # rows of 8 x 3136 = 25088
@@ -1034,6 +1037,9 @@ def test_a_gpu_loops_float32_rows_of_32768_that_a_load_divides(monkeypatch):
     assert not group_norm.persistent and rms_norm.persistent, (group_norm, rms_norm)
     shorter = gpu_plan(lambda x, w, b: F.group_norm(x, 8, w, b), rand(2, 64, 28, 56, device="cpu"), w, b)
     assert shorter.persistent and shorter.configs[0]["RBLOCK"] == 16384  # rows of 8 x 1568 = 12544 stay
+    # a row of a view takes r's remainder too: its values are not held along the row
+    view = reduction(lambda x: x.transpose(1, 2).reshape(4, 25088).softmax(-1), rand(4, 196, 128, device="cpu"))
+    assert not triton_config._divides_r(view) and "FloorDiv(r0, 196)" in str([e.args[1] for e in triton_config.external_loads(view)])
 
 
 @pytest.mark.parametrize("shape", [(8192, 4096), (8192, 1024)])
