@@ -163,9 +163,12 @@ def make_program(seed: int, grads: bool = False, compute: torch.dtype = torch.fl
             c = rng.randrange(3)
             steps.append((f"(floor(v{c} * 8) % 5) / 4", lambda v, c=c: ((v[c] * 8).floor().int() % 5).to(compute) * 0.25))
         elif kind == "order":  # a dim's values in order, or one of them (keepdim)
+            # of a copy: eager's CPU median along a broadcast dim (stride 0) gives other
+            # columns' values (torch 2.13: [1, 3, 5] broadcast to [2, 3, 5], its median
+            # over dim 0 had 0.0885 where both rows held 0.7682; program 2322)
             name, d = rng.choice(sorted(ORDER)), rng.randrange(3)
             steps.append((f"{name}(v{i}, dim={d})",
-                          lambda v, f=ORDER[name], i=i, d=d: f(torch.broadcast_to(v[i], shape), d)))
+                          lambda v, f=ORDER[name], i=i, d=d: f(torch.broadcast_to(v[i], shape).contiguous(), d)))
         elif kind == "scatter":  # into zeros along a dim, two positions to one: two addends sum alike in any order
             d, how = rng.randrange(3), rng.choice(["sum", "mean", "amax", "amin"])
             to = torch.randperm(shape[d], generator=gen) // 2
