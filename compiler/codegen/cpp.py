@@ -80,6 +80,8 @@ PARALLEL_MIN_ELEMENTS = 32768
 # x.t() + y [2048, 2048] 0.96-1.04 -> 0.92-0.97, [4099, 4097] 0.97-1.00 -> 0.86-0.91)
 CPP_TILE = 64
 STORE_TILE = 8  # steps r0 of a blocked reduction whose transposed stores leave together (_write_staged)
+# IR ops of a / b: C++ divides both alike (truediv_bf16 is the GPU's cheaper form, see pointwise._true_div)
+TRUE_DIVISIONS = ("truediv", "truediv_bf16")
 TRIG_FLAG = "fusion_trig_out"  # set by fusion_sinf/cosf where an argument needs libm's
 
 # glibc's libmvec vector variants (2.35+ has all of these; 2.22 the first five)
@@ -484,7 +486,7 @@ def _binary(name, a, b, t):
         return f"fusion_philox({a}, {b})"
     if name in INFIX_OPS:
         return f"({a} {INFIX_OPS[name]} {b})"
-    if name in ("truediv", "truediv_bf16"):
+    if name in TRUE_DIVISIONS:
         return f"({a} / {b})"
     if name == "mul_rn":  # g++ contracts no product into an fma here (-ffp-contract=off)
         return f"({a} * {b})"
@@ -695,7 +697,7 @@ class CppKernel:
             return f"{WRAPPING_C[s.op]}<{CTYPE[t]}>({', '.join(a)})"
         if s.op in UNARY_C:
             return UNARY_C[s.op](a[0], s.args[0].dtype)
-        if s.op in ("truediv", "truediv_bf16") and self.r_loop and _divides_by_row_value(s):
+        if s.op in TRUE_DIVISIONS and self.r_loop and _divides_by_row_value(s):
             # a division by a row value (x / x.sum(-1, keepdim=True)): a multiply by the
             # reciprocal, which g++ hoists out of the loop (a vector divide costs as much as the rest)
             return f"(fusion_recip_ok({a[1]}) ? {a[0]} * ({_const(1, t)} / {a[1]}) : {a[0]} / {a[1]})"

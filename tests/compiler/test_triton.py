@@ -1823,19 +1823,16 @@ def test_a_worker_links_a_small_libdevice_to_the_same_code(tmp_path, monkeypatch
     A kernel of float64 links the whole library; a small library found broken is
     built again (cut short) or given up for the whole one (unparsable)."""
     require_compiler_for_h100()
-    from compiler.runtime import compile_workers, slim_libdevice, triton_build
+    from compiler.runtime import compile_workers, slim_libdevice
 
     def kernel(fn, x):
         torch._dynamo.reset()
         return check(fn, x, tol=dict(rtol=1e-6, atol=1e-6)).kernels[0]
 
     def compiled(kernel):
-        meta = meta_of(kernel.source)
-        module, path, _ = triton_build.load_module(kernel.name, kernel.source, interpret=False)
-        dtypes = [a["dtype"] for a in meta["args"]]
-        blocks = {b: min(v, 256) for b, v in meta["configs"][0].items() if b.endswith("BLOCK")}
+        blocks = {b: min(v, 256) for b, v in meta_of(kernel.source)["configs"][0].items() if b.endswith("BLOCK")}
         monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / f"triton{len(os.listdir(tmp_path))}"))  # a fresh one
-        return compile_workers.compile_kernel(getattr(module, kernel.name), dtypes, blocks, dict(num_warps=4), ("cuda", 90, 32))
+        return compile_for_h100(kernel.source, kernel.name, num_warps=4, **blocks)
 
     f32 = kernel(lambda x: x.sin() * x.tanh() + x.abs() ** 2.5, rand(1000, device="cpu"))
     f64 = kernel(lambda x: x.sin() * x.tanh(), rand(1000, device="cpu", dtype=torch.float64))
