@@ -688,7 +688,14 @@ def _looped_configs(xn: int, rn: int, inner: bool, gpu: bool, itemsize: int, wid
         # shifted row's edge blocks (4096 x 32 bf16 167.0 -> 135.6 us, fp32 258.1 ->
         # 240.4, against 139.1 and 234.1 for 2048 x 32, which it does not speed up);
         # two rows a program (bf16 152.6). The bf16 kernel moves 58% of peak DRAM
-        # bandwidth with 69% of its issue slots busy (ncu)
+        # bandwidth with 69% of its issue slots busy (ncu). Also left out (H200,
+        # do_bench, Triton 3.6, against 2048 x 32: bf16 140.5, fp32 233.9 us):
+        # capping registers so two 1024-thread programs share an SM (maxnreg 32:
+        # 4096 x 32 bf16 167.3 -> 196.8, 2048 x 32 fp32 -> 288.0); the loop's
+        # loads pipelined through shared memory (tl.range num_stages 2-4, cp.async:
+        # bf16 192.8-293.8, fp32 316.1-448.2); the next step's load issued before
+        # this step's math (bf16 161.3, fp32 288.1); the online sum without its
+        # all -inf guard, its max starting at -FLT_MAX (bf16 155.3, fp32 233.7)
         def step(rb, per_thread):
             return cfg(1, rb, min(32, max(4, rb // (32 * per_thread))))
 
