@@ -5,7 +5,7 @@ a costly row value (softmax's exp) is kept in a row buffer for the later
 loops, float exp is an inlined polynomial within an ulp, float sin and cos
 are too (within 1.7 ulp, with libm's beyond their range), a division by a row value multiplies by its reciprocal where that is exact enough, equal reductions are made once, a loop indexed by r0 // d runs as two loops, the NaN flag of max/min lives in an int (so
 the loop vectorizes), float16 moves as bits with software conversions that round as
-ATen does, a kernel compiled while torch runs one thread has no parallel region, a
+ATen does (a half read back as float is rounded in float; a loop storing halves vectorizes), a kernel compiled while torch runs one thread has no parallel region, a
 select on a bool tensor vectorizes, and math-heavy kernels ask for 512-bit vectors."""
 from __future__ import annotations
 
@@ -349,6 +349,41 @@ def test_float_to_half_rounds_as_aten(check_compiled):
     x = x[~x.isnan()]
     out = torch.compile(lambda x: (x * 1.0).half(), backend="fusion", dynamic=False)(x)
     assert torch.equal(out.view(torch.int16), x.half().view(torch.int16))
+
+
+def test_a_half_read_back_as_float_rounds_as_aten(check_compiled):
+    """A half intermediate that only feeds float math (eager rounds after each half
+    op) is rounded in float (fusion_round_h), not converted to its bits and back: the
+    same value for every float, at the halves' midpoints (ties to even) and a float
+    ulp either side of them, through the subnormals and the overflow to inf."""
+    halves = torch.arange(0, 0x7C01, dtype=torch.int32).to(torch.int16).view(torch.float16).float()  # 0 .. inf
+    mids = (halves[:-1] + halves[1:]) / 2  # exact in float
+    near = torch.cat([mids, torch.nextafter(mids, torch.tensor(float("inf"))), torch.nextafter(mids, torch.tensor(0.0))])
+    g = torch.Generator().manual_seed(0)
+    raw = torch.randint(-(2**31), 2**31 - 1, (100_000,), generator=g, dtype=torch.int64).to(torch.int32).view(torch.float32)
+    edges = torch.tensor([0.0, 65504.0, 65519.996, 65520.0, 1e-45, 1e-40, 3e38, float("inf"), float("nan")])
+    x = torch.cat([near, -near, halves, raw, edges, -edges])
+    cap = check_compiled(lambda x: (x * 1.0).half().float() * 1.0, x)
+    assert "= fusion_round_h(" in _sources(cap)  # a use, not the helper itself
+    got = torch.compile(lambda x: (x * 1.0).half().float() * 1.0, backend="fusion", dynamic=False)(x)
+    want = x.half().float()
+    nan = want.isnan()
+    assert torch.equal(got.isnan(), nan)
+    assert torch.equal(got[~nan].view(torch.int32), want[~nan].view(torch.int32))  # -0.0 too
+
+
+def test_a_loop_storing_halves_vectorizes(check_compiled, tmp_path):
+    """The float -> half conversion picks among its cases in 32 bits: where it assigned
+    its 16-bit result in branches, g++ 12 left the loop that stores a bias + GELU's
+    halves scalar (20-30x the time of Inductor's over [4096, 4096])."""
+    torch.manual_seed(0)
+    x, b = torch.randn(37, 300).half(), torch.randn(300).half()
+    cap = check_compiled(lambda x, b: F.gelu(x + b), x, b)
+    (kernel,) = cap.kernels
+    lines = kernel.source.splitlines()
+    store = next(n for n, line in enumerate(lines, 1) if "out_ptr0[" in line)
+    loop = max(n for n, line in enumerate(lines[:store], 1) if line.lstrip().startswith("for ("))
+    assert _vectorized_lines(kernel.source, tmp_path) & set(range(loop, store + 1)), kernel.source
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
