@@ -556,6 +556,9 @@ def _cast(x: str, src: torch.dtype, dst: torch.dtype) -> str:
         return f"fusion_f2h({_cast(x, src, torch.float32)})"
     if dst == torch.bool:
         return f"({x} != 0)"
+    if src == torch.bool and dst in (torch.float32, torch.float64):
+        # g++ 12 vectorizes no static_cast of a bool to a float (a mask times a tensor)
+        return f"({x} ? {_const(1, dst)} : {_const(0, dst)})"
     return f"static_cast<{CTYPE[dst]}>({x})"
 
 
