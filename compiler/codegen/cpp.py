@@ -364,8 +364,9 @@ static inline int64_t fusion_philox(int64_t seed, int64_t offset) {
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  const uint32_t words[4] = {c0, c1, c2, c3};
-  return (int64_t)words[offset & 3];
+  // the offset's word, picked by selects: an array indexed by it kept the loop scalar
+  const int64_t w = offset & 3;
+  return (int64_t)(w == 0 ? c0 : w == 1 ? c1 : w == 2 ? c2 : c3);
 }
 template <typename T> static inline T fusion_ipow(T a, T b) {
   if (b < 0) return (a == 1) ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
