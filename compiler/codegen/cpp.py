@@ -14,7 +14,7 @@ import torch
 from sympy.printing.c import C99CodePrinter
 
 from .. import ir
-from ..index import FloorDiv, ModularIndexing, fold_divmod, simplify_with_ranges, symbol
+from ..index import FloorDiv, ModularIndexing, fold_divmod, simplify_with_ranges, symbol, unclamp
 from ..scheduler import R, X, FusedKernel, Member, layout_deciding
 from .common import (INFIX_OPS, SCAN_COMBINES, SORTS, choose_layout, external_loads, in_order, kernel_args, member_order, reduction_order,
                      tile_walks, walking_indices, y_step)
@@ -706,6 +706,14 @@ class CppKernel:
             if staged:
                 return f"{staged[0]}[{self._staged_at()}]"
             sub = {sym: sympy.Symbol(cse[x]) for sym, x in indirect}
+            unclamped, bounds = unclamp(index, {}) if not indirect else (index, [])
+            if bounds:
+                # a clamped index (cat, pad) keeps g++ from vectorizing the loop: the load
+                # at the index itself, where it is in bounds, vectorizes as a masked load
+                # (see unclamp: the lowerings discard the value where the clamp would act)
+                inside = " && ".join(f"({cexpr(u)} {op} {c})" for u, op, c in bounds)
+                zero = _const(0, self.buffers[name].dtype) if name in self.buffers else "0"
+                return f"(({inside}) ? {self.args.ptr(name)}[{cexpr(unclamped)}] : {zero})"
             return f"{self.args.ptr(name)}[{cexpr(index.xreplace(sub))}]"
         if s.op == "cast":
             inner = s.args[0]
