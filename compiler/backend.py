@@ -2,6 +2,7 @@
 backward graphs compiled by `compile_graph`."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import warnings
@@ -79,17 +80,27 @@ def _compiled(gm: torch.fx.GraphModule, args):
     refused = refused_by_aten(gm)
     if refused:
         return _uncompiled(gm, args, f"runs uncompiled, where ATen raises: {refused}")
+    early = _early_backward(args)
     try:
-        return _aot()(rejoin_split_calls(gm), args)
+        with torch._functorch.config.patch(force_non_lazy_backward_lowering=True) if early else contextlib.nullcontext():
+            return _aot(early)(rejoin_split_calls(gm), args)
     except (DataDependentOutputException, DynamicOutputShapeException) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         return _uncompiled(gm, args, f"runs uncompiled: a shape or a size in it depends on the data ({type(e).__name__}: {first})")
 
 
-def _aot():
+def _early_backward(args) -> bool:
+    """Whether AOTAutograd compiles a training graph's backward with its forward
+    (config.early_backward): where kernels compile in the background, on CUDA,
+    the backward's then compile while the forward's do and while it runs."""
+    return (config.early_backward and hasattr(torch._functorch.config, "force_non_lazy_backward_lowering")
+            and any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in args))
+
+
+def _aot(early_backward: bool = False):
     return aot_autograd(
         fw_compiler=functools.partial(compile_graph, kind="forward"),
-        bw_compiler=functools.partial(compile_graph, kind="backward"),
+        bw_compiler=functools.partial(compile_graph, kind="backward", early=early_backward),
         inference_compiler=functools.partial(compile_graph, kind="inference"),
         decompositions=decomposition_table(),
         partition_fn=_partition,

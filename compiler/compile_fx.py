@@ -14,7 +14,7 @@ from .codegen.wrapper import WrapperCode
 from .config import config
 from .graph import GraphLowering, View
 from .scheduler import ExternStep, FusedKernel, schedule
-from .stats import CallRecord, GraphRecord, KernelRecord, next_graph_id, observed, publish
+from .stats import CallRecord, GraphRecord, KernelRecord, next_graph_id, observed
 
 
 def graph_device(gm: torch.fx.GraphModule, example_inputs) -> torch.device:
@@ -43,12 +43,14 @@ def has_symbolic_sizes(example_inputs) -> bool:
     return False
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str = "inference"):
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str = "inference", early: bool = False):
+    """`early`: compiled before it is needed (config.early_backward), it counts
+    as a compiled graph once it first runs (stats.observed)."""
     if has_symbolic_sizes(example_inputs):  # the fusion backend compiles each shape (backend._per_shape)
-        return run_uncompiled(gm, example_inputs, kind, "symbolic sizes: kernels are built for fixed sizes")
+        return run_uncompiled(gm, example_inputs, kind, "symbolic sizes: kernels are built for fixed sizes", early)
     opaque = _opaque_higher_order_op(gm)
     if opaque is not None:
-        return run_uncompiled(gm, example_inputs, kind, f"{opaque}: a higher-order op with no traced value to lower it by")
+        return run_uncompiled(gm, example_inputs, kind, f"{opaque}: a higher-order op with no traced value to lower it by", early)
     start, device, gid, aten_graph, n_aten = _describe(gm, example_inputs)
 
     graph = GraphLowering(gm, example_inputs, device).run()
@@ -115,12 +117,11 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str = "inferen
     for k in kernels:
         _record_launch(record, k, launchers[k.name])
     _debug_dump(record)
-    publish(record)
     if config.cuda_graphs and device.type == "cuda" and not graph.crosses_devices:  # host copies cannot be captured
         from .runtime import cuda_graphs
 
         call = cuda_graphs.wrap(call)
-    return observed(call, record)
+    return observed(call, record, early)
 
 
 def _report_output_strides(graph: GraphLowering) -> None:
@@ -204,7 +205,7 @@ def _opaque_higher_order_op(gm: torch.fx.GraphModule) -> str | None:
     return None
 
 
-def run_uncompiled(gm: torch.fx.GraphModule, example_inputs, kind: str, note: str):
+def run_uncompiled(gm: torch.fx.GraphModule, example_inputs, kind: str, note: str, early: bool = False):
     """Run the graph as it is (correct, unfused), and say why in the record."""
     start, device, gid, aten_graph, n_aten = _describe(gm, example_inputs)
     record = GraphRecord(
@@ -212,7 +213,6 @@ def run_uncompiled(gm: torch.fx.GraphModule, example_inputs, kind: str, note: st
         externs=[], fallbacks=[CallRecord(name="graph", op="<whole graph>", kind="fallback", aten_node="", reason=note)],
         aten_nodes=n_aten, compile_time_s=time.perf_counter() - start, wrapper_source="", note=note,
     )
-    publish(record)
     # its generated forward, called as Dynamo's eager backend calls it: through
     # GraphModule.__call__ (and a lazy module's first forward) an error eager raises
     # also printed the graph's code to stderr and lost its traceback
@@ -224,7 +224,7 @@ def run_uncompiled(gm: torch.fx.GraphModule, example_inputs, kind: str, note: st
         out = gm.forward(*a)
         return out if isinstance(out, (tuple, list)) else (out,)
 
-    return observed(call, record)
+    return observed(call, record, early)
 
 
 def _backend(target: str):

@@ -48,13 +48,18 @@ class Config:
     # processes that compile Triton kernels for GPUs beside the threads (0: threads only)
     compile_workers: int = dataclasses.field(
         default_factory=lambda: int(os.environ.get("FUSION_COMPILE_WORKERS", min(8, _cpus()))))
+    # on CUDA, a training graph's backward is compiled with its forward, so that its
+    # kernels compile in the background while the forward runs (TorchInductor waits
+    # for the first backward); it counts as a compiled graph once it first runs.
+    # Off: compiled at the first backward (a backward that never runs costs nothing)
+    early_backward: bool = dataclasses.field(default_factory=lambda: _flag("FUSION_EARLY_BACKWARD", True))
     # write each graph's generated wrapper and kernels here (besides the cache)
     debug_dir: str | None = dataclasses.field(default_factory=lambda: os.environ.get("FUSION_DEBUG_DIR"))
 
     def report_settings(self) -> dict:
         """The options that change what a compiled function computes or how fast it
-        runs (not where files go or how many processes compile), for a report."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("cache_dir", "debug_dir", "compile_workers")}
+        runs (not where files go, how many processes compile or when), for a report."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("cache_dir", "debug_dir", "compile_workers", "early_backward")}
 
     def target_for(self, device) -> str:
         """The codegen that renders kernels for `device`: "triton" for CUDA tensors, else cpu_target."""

@@ -104,13 +104,20 @@ def publish(record: GraphRecord) -> None:
 _run_listeners: list[Callable[[GraphRecord], None]] = []
 
 
-def observed(call, record: GraphRecord):
-    """`call` (a compiled graph's boxed call), telling the `runs()` blocks around
-    it that its graph ran: a graph compiled once may run in several calls, and a
-    call's bytes are those of the graphs it ran (unobserved, a call costs one
-    loop over an empty list)."""
+def observed(call, record: GraphRecord, early: bool = False):
+    """`call` (a compiled graph's boxed call), its record published to the
+    capture() blocks now, or at its first run where it was compiled before it
+    was needed (config.early_backward: a forward's calls count no backward
+    that has not run); and telling the `runs()` blocks around it that its graph
+    ran: a graph compiled once may run in several calls, and a call's bytes are
+    those of the graphs it ran (unobserved, a call costs one loop over an empty list)."""
+    unpublished = [record] if early else []
+    if not early:
+        publish(record)
 
     def run(args):
+        while unpublished:
+            publish(unpublished.pop())
         for fn in _run_listeners:
             fn(record)
         return call(args)

@@ -692,3 +692,43 @@ def test_a_checkpointed_region_that_draws_random_numbers(target):
         assert any("graphsafe_run_with_rng_state" in n for n in notes), notes
     else:
         assert not notes and torch.equal(outs[0], outs[1]) and torch.equal(grads[0], grads[1]), notes
+
+
+@pytest.mark.parametrize("device,early", [("cpu", False), ("cpu", True)] + [
+    pytest.param("cuda", early, marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))
+    for early in (False, True)])
+def test_an_early_backward_compiles_with_its_forward_and_counts_once_it_runs(device, early, monkeypatch):
+    """config.early_backward: on CUDA (by default; on the CPU, forced here) AOTAutograd
+    compiles the backward in the forward's first call, so that its kernels compile
+    while the forward runs; a call that runs only the forward still counts the
+    forward's graph alone, and the backward counts once, when it first runs. Off
+    (and on the CPU, where kernels are built before compile_graph returns), the
+    backward compiles at the first backward, as TorchInductor's does."""
+    if device == "cpu" and early:
+        monkeypatch.setattr(compiler.backend, "_early_backward", lambda args: True)
+    compiled = []
+    real = compiler.backend.compile_graph
+
+    def spy(gm, example_inputs, kind="inference", **kw):
+        compiled.append(kind)
+        return real(gm, example_inputs, kind=kind, **kw)
+
+    monkeypatch.setattr(compiler.backend, "compile_graph", spy)
+    torch.manual_seed(0)
+    model = MLP().to(device)
+    ref = copy.deepcopy(model)
+    x = torch.randn(9, 13, device=device)
+    f = torch.compile(model, backend="fusion")
+    with compiler.config.patch(early_backward=early), compiler.capture() as forward:
+        loss = f(x).square().mean()
+    assert compiled == (["forward", "backward"] if early else ["forward"])
+    assert [g.kind for g in forward.graphs] == ["forward"]
+    with compiler.capture() as backward:
+        loss.backward()
+    assert compiled == ["forward", "backward"]
+    assert [g.kind for g in backward.graphs] == ["backward"] and backward.graphs[0].kernels
+    ref(x).square().mean().backward()
+    assert_grads_equal(model, ref)
+    with compiler.capture() as again:
+        f(x).square().mean().backward()
+    assert again.graphs == [] and compiled == ["forward", "backward"]
