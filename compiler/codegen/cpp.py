@@ -659,8 +659,7 @@ class CppKernel:
         if self.order:  # the dims in memory order, each with its stride in the logical x0
             strides = [stride for _, stride in self.order]
         flat = sympy.Add(*[v * s for v, s in zip(nv, strides)])
-        ranges = dict(zip(nv, self.nest))
-        ranges[R] = max(self.k.rnumel, 1)
+        ranges = self._loop_ranges()
         sub = {X: flat, R: in_order(self.r_order, R)} if self.r_order else {X: flat}
         memo: dict = {}
         d = self.r_split
@@ -668,6 +667,12 @@ class CppKernel:
         # an order's divisions and remainders fold back where the walk meets the access's dims
         fold = fold_divmod if self.r_order else (lambda i: i)
         return ir.map_indices(e, lambda i: fold(simplify_with_ranges(sympy.sympify(i).xreplace(sub), ranges)).xreplace(nested), memo)
+
+    def _loop_ranges(self) -> dict:
+        """{loop variable: its extent} of the nest, r's unsplit."""
+        ranges = {symbol(f"x{k}"): n for k, n in enumerate(self.nest)}
+        ranges[R] = max(self.k.rnumel, 1)
+        return ranges
 
     def _rewrite_index(self, i: sympy.Expr) -> sympy.Expr:
         return self._rewrite(ir.index_value(i)).args[0]
@@ -706,7 +711,7 @@ class CppKernel:
             if staged:
                 return f"{staged[0]}[{self._staged_at()}]"
             sub = {sym: sympy.Symbol(cse[x]) for sym, x in indirect}
-            unclamped, bounds = unclamp(index, {}) if not indirect else (index, [])
+            unclamped, bounds = unclamp(index, self._loop_ranges()) if not indirect else (index, [])
             if bounds:
                 # a clamped index (cat, pad) keeps g++ from vectorizing the loop: the load
                 # at the index itself, where it is in bounds, vectorizes as a masked load
@@ -714,7 +719,7 @@ class CppKernel:
                 inside = " && ".join(f"({cexpr(u)} {op} {c})" for u, op, c in bounds)
                 zero = _const(0, self.buffers[name].dtype) if name in self.buffers else "0"
                 return f"(({inside}) ? {self.args.ptr(name)}[{cexpr(unclamped)}] : {zero})"
-            return f"{self.args.ptr(name)}[{cexpr(index.xreplace(sub))}]"
+            return f"{self.args.ptr(name)}[{cexpr(unclamped.xreplace(sub))}]"  # its clamps never act
         if s.op == "cast":
             inner = s.args[0]
             if t == torch.float32 and _rounds_float_to_half(inner):

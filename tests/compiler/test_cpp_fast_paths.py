@@ -401,12 +401,16 @@ def test_a_clamped_load_vectorizes_as_a_masked_one(check_compiled, tmp_path, op,
     """cat and constant_pad_nd read at a clamped index (their value is discarded where
     the clamp acts, see index.unclamp): the C++ load reads at the index itself where it
     is in bounds, which g++ vectorizes as a masked load (a clamped one kept the loop
-    scalar: cat over [4096, 2048] ran 2.3x Inductor's time, pad 1.3-1.8x)."""
+    scalar: cat over [4096, 2048] ran 2.3x Inductor's time, pad 1.3-1.8x), masked by
+    the bounds its loop does not already keep."""
     torch.manual_seed(0)
     x = torch.randn(37, 301).to(dtype)
     fn = (lambda x: torch.cat([x, x * 2], -1)) if op == "cat" else (lambda x: F.pad(x, (1, 2, 3, 0), value=0.5))
     (kernel,) = check_compiled(fn, x).kernels
-    assert "fusion_min<int64_t>" not in kernel.source.split('extern "C"')[-1]  # no clamp left in the kernel
+    body = kernel.source.split('extern "C"')[-1]
+    assert "fusion_min<int64_t>" not in body  # no clamp left in the kernel
+    # nor a bound its loop keeps: the cat's x1 < 602, the pad's x0 < 40
+    assert "(x1 < 602)" not in body and "(x0 < 40)" not in body, body
     assert _store_loop_vectorized(kernel.source, tmp_path), kernel.source
 
 
