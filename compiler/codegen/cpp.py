@@ -1226,7 +1226,12 @@ class CppKernel:
             if rt in ("argmax", "argmin"):
                 best_of.setdefault((rt[3:], self._rewrite(m.value)), m)
         kept_by_arg = {m.node.name for m in reds if (m.node.buffer.reduction_type, self._rewrite(m.value)) in best_of}
+        rnumel = max(self.k.rnumel, 1)
+        split = self._order_split(parallel_r) or (0 if self.block or parallel_r or self.r_order else _r_split(members, rnumel))
         lanes = 0 if self._order_split(parallel_r) else self._r_lanes(members, reds, parallel_r, row_cse, loop, kept_by_arg)
+        # lanes that do not divide the split would divide r0 by it at every element (64-bit
+        # integer division, which g++ leaves scalar): the split's two loops go first
+        lanes = 0 if split % (lanes or 1) else lanes
         # a blocked reduction keeps one accumulator per x lane, a lane reduction one per r lane
         lane = "[xi]" if self.block else "_lanes[ri]" if lanes else ""
         best_of = {key: f"acc_{m.node.name}_v{lane}" for key, m in best_of.items()}
@@ -1252,11 +1257,8 @@ class CppKernel:
             if rt in ("max", "min") and t.is_floating_point:
                 decls.append(("int", f"{acc}_nan", "0"))
                 clauses.append(f"reduction(|:{acc}_nan)")
-        rnumel = max(self.k.rnumel, 1)
         if not self.block:
             self._hoist(members, row_cse, body, indent, (R,))
-        split = self._order_split(parallel_r) or (0 if self.block or parallel_r or self.r_order else _r_split(members, rnumel))
-        split = 0 if lanes and split % lanes else split
         count = split or rnumel
         full = count - count % lanes if lanes else count
         # the outermost loop over r: its variable, end and step

@@ -3,7 +3,7 @@ outer axis walk r once for a block of x lanes, float sums over a row accumulate 
 lanes of r, long float sums add in chunks (as accurate as eager's cascade sum),
 a costly row value (softmax's exp) is kept in a row buffer for the later
 loops, float exp is an inlined polynomial within an ulp, float sin and cos
-are too (within 1.7 ulp, with libm's beyond their range), a division by a row value multiplies by its reciprocal where that is exact enough, equal reductions are made once, a loop indexed by r0 // d runs as two loops, the NaN flag of max/min lives in an int (so
+are too (within 1.7 ulp, with libm's beyond their range), a division by a row value multiplies by its reciprocal where that is exact enough, equal reductions are made once, a loop indexed by r0 // d runs as two loops (a sum's too, rather than in lanes), the NaN flag of max/min lives in an int (so
 the loop vectorizes), float16 moves as bits with software conversions that round as
 ATen does (a half read back as float is rounded in float; a loop storing halves vectorizes),
 a bool becomes a float by a select, dropout's random word is picked by selects and
@@ -255,6 +255,22 @@ def test_a_loop_indexed_by_r_over_d_runs_as_two_loops(check_compiled, shape, gro
     body = _sources(cap).split('extern "C" void')[-1]
     hw = shape[2] * shape[3]
     assert f"for (int64_t r0i = 0; r0i < {hw}; r0i++)" in body and f"/ {hw})" not in body
+
+
+@pytest.mark.parametrize("case", ["mse of a flip", "channel-weighted sum"])
+def test_a_sum_indexed_by_r_over_d_runs_as_two_loops_rather_than_lanes(check_compiled, case):
+    """A float sum whose loads index by r0 // d, d not a multiple of the sum's lanes
+    (a loss against a flipped target, d = 300; a sum over channels of 7 x 7, d = 49):
+    two loops rather than lanes, which divided r0 by d at every element, a 64-bit
+    division that kept the loop scalar."""
+    torch.manual_seed(0)
+    if case == "mse of a flip":
+        fn, args, d = (lambda x: F.mse_loss(x, x.flip(0))), (torch.randn(64, 300),), 300
+    else:
+        fn, args, d = (lambda x, w: (x * w.view(1, 128, 1, 1)).sum((1, 2, 3))), (torch.randn(4, 128, 7, 7), torch.randn(128)), 49
+    (kernel,) = check_compiled(fn, *args, tol=dict(rtol=1e-4, atol=1e-4)).kernels
+    body = kernel.source.split('extern "C" void')[-1]
+    assert f"for (int64_t r0i = 0; r0i < {d}; r0i++)" in body and f"/ {d})" not in body, body
 
 
 def _ulps(got, x, op):
