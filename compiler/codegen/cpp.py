@@ -1220,12 +1220,13 @@ class CppKernel:
         arg_decls = {}  # index accumulator -> (its value's C type, argmax or argmin)
         # a max (min) of the value an argmax (argmin) walks is the value it keeps (max(dim)
         # with its indices): the index's running best, NaN once one is met, as eager's
-        best_of: dict = {}
+        keys = {m.node.name: (m.node.buffer.reduction_type, self._rewrite(m.value)) for m in reds}
+        best_of: dict = {}  # (max or min, value) -> the argmax (argmin) member that keeps it
         for m in reds:
-            rt = m.node.buffer.reduction_type
+            rt, value = keys[m.node.name]
             if rt in ("argmax", "argmin"):
-                best_of.setdefault((rt[3:], self._rewrite(m.value)), m)
-        kept_by_arg = {m.node.name for m in reds if (m.node.buffer.reduction_type, self._rewrite(m.value)) in best_of}
+                best_of.setdefault((rt[3:], value), m)
+        kept_by_arg = {name for name, key in keys.items() if key in best_of}
         rnumel = max(self.k.rnumel, 1)
         split = self._order_split(parallel_r) or (0 if self.block or parallel_r or self.r_order else _r_split(members, rnumel))
         lanes = 0 if self._order_split(parallel_r) else self._r_lanes(members, reds, parallel_r, row_cse, loop, kept_by_arg)
@@ -1234,16 +1235,15 @@ class CppKernel:
         lanes = 0 if split % (lanes or 1) else lanes
         # a blocked reduction keeps one accumulator per x lane, a lane reduction one per r lane
         lane = "[xi]" if self.block else "_lanes[ri]" if lanes else ""
-        best_of = {key: f"acc_{m.node.name}_v{lane}" for key, m in best_of.items()}
         for m in reds:
             t = m.value.dtype
             rt = m.node.buffer.reduction_type
-            key = (rt, self._rewrite(m.value))
+            key = keys[m.node.name]
             if key in same:
                 accs[m.node.name] = same[key]
                 continue
             if key in best_of:
-                accs[m.node.name] = best_of[key]
+                accs[m.node.name] = f"acc_{best_of[key].node.name}_v{lane}"
                 continue
             acc = f"acc_{m.node.name}"
             same[key] = accs[m.node.name] = acc + lane
