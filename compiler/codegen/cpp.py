@@ -1252,7 +1252,9 @@ class CppKernel:
                 decls.append(("int64_t", acc, "0"))
                 arg_decls[acc] = (CTYPE[t], rt)
                 continue
-            decls.append(("int" if rt in ("any", "all") else CTYPE[t], acc, REDUCTION_INIT[rt](t)))
+            # bool max and min too: g++ 13 miscompiled them in an `omp simd` reduction
+            # (a segfault at -O3 on a Sapphire Rapids host, g++ 12 fine)
+            decls.append(("int" if rt in ("any", "all") or t == torch.bool else CTYPE[t], acc, REDUCTION_INIT[rt](t)))
             clauses.append(f"reduction({OMP_REDUCTION[rt]}:{acc})")
             if rt in ("max", "min") and t.is_floating_point:
                 decls.append(("int", f"{acc}_nan", "0"))

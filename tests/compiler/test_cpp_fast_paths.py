@@ -7,7 +7,8 @@ are too (within 1.7 ulp, with libm's beyond their range), a division by a row va
 the loop vectorizes), float16 moves as bits with software conversions that round as
 ATen does (a half read back as float is rounded in float; a loop storing halves vectorizes),
 a bool becomes a float by a select, dropout's random word is picked by selects and
-cat's and pad's loads are masked rather than clamped (so their loops vectorize), argmax walks a row in lanes (max(dim) keeps its value), a kernel compiled while torch runs one thread has no parallel region, a
+cat's and pad's loads are masked rather than clamped (so their loops vectorize), argmax walks a row in lanes (max(dim) keeps its value), a kernel compiled while torch runs one thread has no parallel region, bool max and
+min accumulate in ints (g++ 13 miscompiled bool ones), a
 select on a bool tensor vectorizes, and math-heavy kernels ask for 512-bit vectors."""
 from __future__ import annotations
 
@@ -211,6 +212,24 @@ def test_one_thread_kernels_have_no_parallel_region(check_compiled, threads):
     finally:
         torch.set_num_threads(before)
     assert ("omp parallel" in _sources(cap)) == (threads > 1)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bool_max_and_min_accumulate_in_an_int(check_compiled, threads):
+    """g++ 13 (-O3, a Sapphire Rapids host) built a loop whose `omp simd` reduction
+    took the max and min of bool accumulators into a kernel that segfaulted; g++ 12
+    built the same source fine. Bool accumulators are ints, as any/all's are."""
+    torch.manual_seed(0)
+    x = torch.rand(3, 11001) > 0.5
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        cap = check_compiled(lambda x: (x.amax(1), x.amin(1), x.amax(), x.amin(), x.max(), x.min()), x)
+    finally:
+        torch.set_num_threads(before)
+    body = _sources(cap).split('extern "C" void')[-1]
+    assert "omp" in body and "reduction(max:" in _sources(cap)
+    assert not re.search(r"\bbool acc_", _sources(cap)), _sources(cap)
 
 
 def test_costly_row_values_are_kept_for_the_later_loops(check_compiled):
