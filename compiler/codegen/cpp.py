@@ -139,11 +139,13 @@ template <typename T> static inline T fusion_logaddexp(T a, T b) {
   return hi == lo ? hi + T(0.6931471805599453) : hi + std::log1p(std::exp(lo - hi));  // equal: inf too
 }
 static inline float fusion_bf2f(uint16_t v) { uint32_t u = (uint32_t)v << 16; float f; std::memcpy(&f, &u, 4); return f; }
+// round to nearest even; NaN -> 0x7fc0 by a mask, not a branch: a loop of three
+// conversions (bf16 -> int -> bf16) stayed scalar, "control flow in loop" (g++ 12)
 static inline uint16_t fusion_f2bf(float f) {
   uint32_t u; std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t nan = -(uint32_t)((u & 0x7fffffffu) > 0x7f800000u);
+  return (uint16_t)((rounded & ~nan) | (0x7fc0u & nan));
 }
 static inline float fusion_h2f(uint16_t h) {
   // exponent and mantissa moved into a float's place and rescaled by 2^112: exact
@@ -556,6 +558,12 @@ def _rounds_float_to_half(e) -> bool:
         e.args[0], ir.Expr) and e.args[0].dtype == torch.float32
 
 
+def _truncates_float(e) -> bool:
+    """A cast of a float (of any width) to an integer, whose value a float holds."""
+    return (isinstance(e, ir.Expr) and e.op == "cast" and not e.dtype.is_floating_point and e.dtype != torch.bool
+            and isinstance(e.args[0], ir.Expr) and e.args[0].dtype.is_floating_point)
+
+
 def _cast(x: str, src: torch.dtype, dst: torch.dtype) -> str:
     if src == dst:
         return x
@@ -743,6 +751,11 @@ class CppKernel:
                 # a half intermediate read back as float (eager rounds each half op): round in
                 # float; the half's own bits (fusion_f2h) go unused, and g++ drops them
                 return f"fusion_round_h({cse[inner.args[0]]})"
+            if _truncates_float(inner) and t != torch.float64 and not t.is_complex:
+                # under -fno-trapping-math g++ folds (float)(int)f into trunc(f), which gives
+                # -0.0 for f in (-1, 0) (eager: 0.0); through a double, the types differ and
+                # it does not. Exact: an integer that a float held is a double too
+                return _cast(f"static_cast<double>({a[0]})", torch.float64, t)
             return _cast(a[0], inner.dtype, t)
         if s.op == "bitcast":
             return f"fusion_bitcast<{CTYPE[t]}>({a[0]})"

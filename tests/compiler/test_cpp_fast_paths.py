@@ -7,6 +7,7 @@ are too (within 1.7 ulp, with libm's beyond their range), a division by a row va
 threads share chunks of the outer one), the NaN flag of max/min lives in an int (so
 the loop vectorizes), float16 moves as bits with software conversions that round as
 ATen does (a half read back as float is rounded in float; a loop storing halves vectorizes),
+float -> bf16 picks NaN by a mask (its loops vectorize),
 a bool becomes a float by a select, dropout's random word is picked by selects and
 cat's and pad's loads are masked rather than clamped (so their loops vectorize), argmax walks a row in lanes (max(dim) keeps its value), a kernel compiled while torch runs one thread has no parallel region, bool max and
 min accumulate in ints (g++ 13 miscompiled bool ones), a
@@ -550,6 +551,31 @@ def _assembly(source: str, tmp_path) -> str:
     """`source` compiled by g++ with the kernels' own flags, as assembly."""
     _gxx(source, tmp_path)
     return (tmp_path / "kernel.s").read_text()
+
+
+def test_float_to_bfloat16_picks_nan_by_a_mask_and_its_loops_vectorize(tmp_path):
+    """float -> bf16 rounds to nearest even and gives 0x7fc0 for NaN by a mask: with an
+    early return for NaN, a loop of three conversions (bf16 * 10 -> int -> bf16 * 0.5)
+    stayed scalar ("control flow in loop"). Bits are eager's: infinities, halfway cases
+    both ways, values that round up to infinity, NaN for NaN, and 0.0 for an int made
+    from a float in (-1, 0) (g++ folded (float)(int)f into trunc(f), which gives -0.0)."""
+    torch._dynamo.reset()
+    x = (torch.randn(37, 301) * 300).bfloat16()  # finite: NaN -> int is undefined
+
+    def fn(x, f):
+        return (x * 10).int().to(x.dtype) * 0.5, f.bfloat16()
+
+    # float32s around bf16's halfway points, the largest finite ones, NaNs with payloads
+    f = torch.tensor([1.0 + 2**-8, 1.0 + 3 * 2**-8, -(1.0 + 2**-8), 3.3895314e38, 3.4028235e38, float("nan")] * 7)
+    f = torch.cat([f, torch.tensor([0x7FC00001, 0xFFFFFFFF, 0x7F800001], dtype=torch.int64).to(torch.int32).view(torch.float32)])
+    with compiler.capture() as cap:
+        got = torch.compile(fn, backend="fusion")(x, f)
+    want = fn(x, f)
+    for g, w in zip(got, want):  # NaN's bits vary in eager (0x7fc0 one at a time, 0xffff in vectors)
+        assert torch.equal(g.isnan(), w.isnan()), (g, w)
+        assert torch.equal(g[~w.isnan()].view(torch.int16), w[~w.isnan()].view(torch.int16)), (g, w)
+    for kernel in cap.kernels:
+        assert _store_loop_vectorized(kernel.source, tmp_path), kernel.source
 
 
 def test_a_select_on_a_bool_tensor_vectorizes(check_compiled, tmp_path):
