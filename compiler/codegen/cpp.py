@@ -751,7 +751,7 @@ class CppKernel:
                 # a half intermediate read back as float (eager rounds each half op): round in
                 # float; the half's own bits (fusion_f2h) go unused, and g++ drops them
                 return f"fusion_round_h({cse[inner.args[0]]})"
-            if _truncates_float(inner) and t != torch.float64 and not t.is_complex:
+            if _truncates_float(inner) and t.is_floating_point and t != torch.float64:
                 # under -fno-trapping-math g++ folds (float)(int)f into trunc(f), which gives
                 # -0.0 for f in (-1, 0) (eager: 0.0); through a double, the types differ and
                 # it does not. Exact: an integer that a float held is a double too
