@@ -25,11 +25,18 @@ class FloorDiv(sympy.Function):
             return sympy.Integer(0)
         if a.is_Integer and b.is_Integer:
             return sympy.Integer(int(a) // int(b))
-        # (k*b*x + y) // b == k*x + y // b for affine a
+        # (k*b*x + y) // b == k*x + y // b for affine a; a constant c leaves c // b outside
+        # too, so that what is left inside is not negative where a is not (printed as
+        # C's and Triton's truncating `/`: (37*x + y - 1323) // 37 became x + (y - 1323) // 37)
         if isinstance(a, sympy.Add):
             exact, rest = [], []
             for t in a.args:
                 (exact if _divisible(t, b) else rest).append(t)
+            const = [t for t in rest if t.is_Integer]
+            if b.is_Integer and const and len(rest) > 1 and not 0 <= int(const[0]) < int(b):
+                q, r = divmod(int(const[0]), int(b))
+                exact.append(sympy.Integer(q * int(b)))
+                rest = [t for t in rest if not t.is_Integer] + ([sympy.Integer(r)] if r else [])
             if exact:
                 return sympy.Add(*[t / b for t in exact]) + FloorDiv(sympy.Add(*rest), b)
         if _divisible(a, b):
@@ -49,6 +56,13 @@ class ModularIndexing(sympy.Function):
             return sympy.Integer(0)
         if a.is_Integer and div.is_Integer and mod.is_Integer:
             return sympy.Integer((int(a) // int(div)) % int(mod))
+        # a constant of a moved into [0, div * mod), which leaves the value as it is: a
+        # negative a is printed as C's and Triton's `%`, whose result takes a's sign
+        if isinstance(a, sympy.Add) and div.is_Integer and mod.is_Integer:
+            span = int(div) * int(mod)
+            const = [t for t in a.args if t.is_Integer]
+            if const and not 0 <= int(const[0]) < span:
+                return ModularIndexing(a - const[0] + int(const[0]) % span, div, mod)
         return None
 
 

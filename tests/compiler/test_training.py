@@ -239,6 +239,28 @@ def test_cumsum_and_cumprod_backward(target, dim):
     assert any("_scan_" in k.name for g in cap.graphs if g.kind == "backward" for k in g.kernels)
 
 
+def test_a_cumsum_over_a_rolled_flat_view_backward(target):
+    """The gradient of a cumsum over a rolled flat view (two slices of it concatenated)
+    reads its reversed cumsum at (37*x1 + x2 - 1323) // 37 for the second slice. The
+    index split that to x1 + (x2 - 1323) // 37, a negative quotient that C and Triton
+    truncate: 118 of 4107 gradients were wrong. The constant now leaves too: x1 - 36 +
+    (x2 + 9) // 37."""
+    torch.manual_seed(10)
+    device = "cuda" if target == "cuda" else "cpu"
+    x = torch.randn(3, 37, 37, device=device, requires_grad=True)
+    grad = torch.randn(3, 37, 37, device=device)  # from outside the graph, as a later layer's
+
+    def cumsum_of_rolled(x):  # two views, whose gradients add (one view's fold into one)
+        return torch.cumsum(torch.cat([x.flatten(1)[:, -46:], x.flatten(1)[:, :-46]], 1).view(3, 37, 37), 2)
+
+    with on_target(target), compiler.capture() as cap:
+        out = torch.compile(cumsum_of_rolled, backend="fusion")(x)
+        (got,) = torch.autograd.grad(out, x, grad)
+    (want,) = torch.autograd.grad(cumsum_of_rolled(x), x, grad)
+    torch.testing.assert_close(got, want, **TOL)
+    assert not cap.fallbacks, [f"{f.op}: {f.reason}" for f in cap.fallbacks]
+
+
 @pytest.mark.parametrize("dim", [0, -1])
 def test_cummax_and_logcumsumexp_backward(target, dim):
     """cummax's gradient goes to the positions its indices name, and

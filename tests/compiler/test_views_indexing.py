@@ -194,6 +194,24 @@ def test_clamped_indices_fold_only_what_is_cheap_to_know():
     assert unclamp(c, {x: 30}) == (x - 1, [(x, ">=", 1), (x, "<", 11)])
 
 
+def test_divisions_and_remainders_keep_what_they_divide_nonnegative():
+    """FloorDiv and ModularIndexing are printed as C's and Triton's `/` and `%`, which
+    truncate toward zero: a constant in what they divide moves into [0, divisor)
+    (floor division moves its quotient outside), so a split never leaves a negative
+    numerator where the whole index is not negative (a cumsum over a rolled flat
+    view's gradient read (x2 - 1323) // 37 and ((x0 % 37) - 1323) % 37)."""
+    from compiler.index import FloorDiv, ModularIndexing, symbol
+
+    x, y = symbol("x1"), symbol("x2")
+    assert FloorDiv(37 * x + y - 1323, 37) == x - 36 + FloorDiv(y + 9, 37)
+    assert FloorDiv(y - 5, 4) == FloorDiv(y + 3, 4) - 2 and FloorDiv(y + 9, 4) == FloorDiv(y + 1, 4) + 2
+    assert ModularIndexing(y - 1323, 1, 37) == ModularIndexing(y + 9, 1, 37)
+    assert ModularIndexing(y + 80, 2, 4) == ModularIndexing(y, 2, 4)
+    for v in range(1323, 1500):  # the values are the floor's and the modulo's
+        assert FloorDiv(37 * x + y - 1323, 37).xreplace({x: v // 37, y: v % 37}) == (v - 1323) // 37
+        assert ModularIndexing(y - 1323, 1, 37).xreplace({y: v}) == (v - 1323) % 37
+
+
 def test_an_unrolled_loop_of_a_hundred_steps(check_compiled):
     """A loop unrolled 100 times whose every step is stacked (an RNN's outputs):
     its chain of values is stored every so often and its stack built in groups,
