@@ -431,6 +431,30 @@ def _scalars_checked(op, decomposition):
 _LOWERED_AS_EAGER = (aten.addcmul, aten.addcdiv, aten.lerp)
 
 
+def _roll_as_cat(decomposition):
+    """roll as the cat of two slices a dim, whose loads are contiguous and masked
+    (the C++ loop vectorizes), rather than a gather at (i - shift) % size computed
+    per element (a 64-bit remainder, which kept the loop scalar; two threads, ours /
+    Inductor: x.roll(3, -1) [4096, 4096] 1.03 -> 0.89, a Swin block's roll((3, 3),
+    (1, 2)) 2.20 -> 1.25). On the CPU only: the GPU's form was measured as it is."""
+    @functools.wraps(decomposition)
+    def roll(a, shifts, dims=()):
+        shifts = shifts if isinstance(shifts, (list, tuple)) else [shifts]
+        dims = dims if isinstance(dims, (list, tuple)) else [dims]
+        if a.device.type != "cpu" or not dims or len(shifts) != len(dims) or a.numel() == 0 or not all(
+                isinstance(v, int) for v in [*shifts, *dims, *a.shape]):
+            return decomposition(a, shifts, dims)
+        out = a
+        for shift, dim in zip(shifts, dims):
+            size = out.shape[dim]
+            s = shift % size
+            if s:
+                out = torch.cat([out.narrow(dim, size - s, s), out.narrow(dim, 0, size - s)], dim)
+        return out.clone() if out is a else out
+
+    return roll
+
+
 @functools.lru_cache(None)
 def decomposition_table() -> dict:
     table = dict(core_aten_decompositions())
@@ -459,6 +483,7 @@ def decomposition_table() -> dict:
                                         (aten.index_add.default, 2, 1, False), (aten.index_copy.default, 2, 1, False),
                                         (aten.index_fill.int_Tensor, 2, 1, True), (aten.index_fill.int_Scalar, 2, 1, True)):
         table[op] = _negatives_as_eager(table[op], index_at, dim_at, wraps)
+    table[aten.roll.default] = _roll_as_cat(table[aten.roll.default])
     table[aten.take.default] = _scalar_as_vector(table[aten.take.default], 1)
     table[aten.bucketize.Tensor] = _scalar_as_vector(table[aten.bucketize.Tensor], 0)
     for op in CONVERTED_SCALARS.keys() & table.keys():

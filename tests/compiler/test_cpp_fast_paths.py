@@ -9,7 +9,8 @@ the loop vectorizes), float16 moves as bits with software conversions that round
 ATen does (a half read back as float is rounded in float; a loop storing halves vectorizes),
 float -> bf16 picks NaN by a mask (its loops vectorize),
 a bool becomes a float by a select, dropout's random word is picked by selects and
-cat's and pad's loads are masked rather than clamped (so their loops vectorize), argmax walks a row in lanes (max(dim) keeps its value), a kernel compiled while torch runs one thread has no parallel region, bool max and
+cat's and pad's loads are masked rather than clamped (so their loops vectorize), a roll is a cat
+of two slices, argmax walks a row in lanes (max(dim) keeps its value), a kernel compiled while torch runs one thread has no parallel region, bool max and
 min accumulate in ints (g++ 13 miscompiled bool ones), a
 select on a bool tensor vectorizes, and math-heavy kernels ask for 512-bit vectors."""
 from __future__ import annotations
@@ -575,6 +576,21 @@ def test_float_to_bfloat16_picks_nan_by_a_mask_and_its_loops_vectorize(tmp_path)
         assert torch.equal(g.isnan(), w.isnan()), (g, w)
         assert torch.equal(g[~w.isnan()].view(torch.int16), w[~w.isnan()].view(torch.int16)), (g, w)
     for kernel in cap.kernels:
+        assert _store_loop_vectorized(kernel.source, tmp_path), kernel.source
+
+
+@pytest.mark.parametrize("shifts, dims", [(3, -1), (-5, 0), ((1, -2), (0, 2)), (301, 2), (0, 1)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_a_roll_is_a_cat_of_two_slices_and_vectorizes(check_compiled, shifts, dims, dtype, tmp_path):
+    """roll reads two slices a dim (a cat's masked loads) rather than gathering at
+    (i - shift) % size, a 64-bit remainder per element that kept the loop scalar."""
+    torch.manual_seed(0)
+    x = (torch.randn(6, 7, 301) * 100).to(dtype)
+    cap = check_compiled(lambda x: x.roll(shifts, dims) * 2, x)
+    (kernel,) = cap.kernels
+    body = kernel.source.split('extern "C" void')[-1]
+    assert "fusion_rem" not in body and "%" not in body, body
+    if isinstance(dims, int):  # two dims: g++ 12 finds no vector type for the masked loads of four slices
         assert _store_loop_vectorized(kernel.source, tmp_path), kernel.source
 
 
