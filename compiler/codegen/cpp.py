@@ -1246,10 +1246,11 @@ class CppKernel:
                 best_of.setdefault((rt[3:], value), m)
         kept_by_arg = {name for name, key in keys.items() if key in best_of}
         rnumel = max(self.k.rnumel, 1)
-        split = self._order_split(parallel_r) or (0 if self.block or self.r_order else _r_split(members, rnumel))
+        order_split = self._order_split(parallel_r)
+        split = order_split or (0 if self.block or self.r_order else _r_split(members, rnumel))
         if split and parallel_r and not self._parallel_split(reds, split, rnumel):
             split = 0
-        lanes = 0 if self._order_split(parallel_r) else self._r_lanes(members, reds, parallel_r, row_cse, loop, kept_by_arg)
+        lanes = 0 if order_split else self._r_lanes(members, reds, parallel_r, row_cse, loop, kept_by_arg)
         # lanes that do not divide the split would divide r0 by it at every element (64-bit
         # integer division, which g++ leaves scalar): the split's two loops go first
         lanes = 0 if split % (lanes or 1) else lanes
